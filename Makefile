@@ -1,0 +1,36 @@
+# Every install step of the project lives here: a fresh machine needs only python3, go and
+# iproute2 (all on this kind of machine) and the package registries.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+
+.PHONY: venv bins demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# Real control-plane binaries, built once into ~/.cache/llm-retire (keyed by version).
+bins:
+	bash testbed/build.sh
+
+# The main job on the embedded default: Temporal dev server + UI and the local cluster.
+demo: venv bins
+	$(BIN)/python -m testbed demo
+
+# The whole suite: lint, types, then every test (unit, time-skipping, dev server, bed).
+test: venv bins
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/python -m pytest
+
+bench: venv bins
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,261 @@
+"""pydantic v2 models of every workflow input, activity input/output, signal, update and
+query (carried by ``temporalio.contrib.pydantic``'s data converter)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from retirement.budgets import Budgets
+from retirement.drain import DrainProgress
+from retirement.phases import Outcome, Phase, Verdict
+from retirement.retry import validate_token
+
+K8S_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class IntentKind(StrEnum):
+    """Why a replica (or member) is being retired (SPEC section 3)."""
+
+    COUNT_TRIM = "CountTrim"
+    SURPLUS_SHED = "SurplusShed"
+    DEPARTED_ROLE = "DepartedRole"
+
+
+class RouterlessPolicy(StrEnum):
+    """What withdrawal means for a deployment with no router (SPEC section 6)."""
+
+    HOLD = "hold"  # nothing reports that client connections went quiet: hold (then abort)
+    QUIET_WINDOW = "quiet-window"  # require a window in which the work counters do not move
+
+
+class AttemptRecord(_Model):
+    """One attempt of a retirement, for the history in the query."""
+
+    attempt: int
+    started_at: datetime
+    ended_at: datetime | None = None
+    furthest_phase: Phase = Phase.ADMITTED
+    outcome: Outcome = Outcome.RUNNING
+    reason: str = ""
+
+
+class RetirementRequest(_Model):
+    """The workflow's input: what to retire, with which budgets and policy."""
+
+    namespace: str = Field(pattern=K8S_NAME, max_length=63)
+    deployment: str = Field(pattern=K8S_NAME, max_length=253)
+    role: str = Field(pattern=K8S_NAME, max_length=63)
+    ordinal: int = Field(ge=0, le=100000)
+    intent: IntentKind = IntentKind.COUNT_TRIM
+    #: Surplus shed: the member Pods to retire (empty: the whole replica).
+    members: list[str] = Field(default_factory=list, max_length=64)
+    budgets: Budgets = Field(default_factory=Budgets)
+    routerless_policy: RouterlessPolicy = RouterlessPolicy.HOLD
+    quiet_window_s: float = Field(default=10.0, gt=0, le=600)
+    # Carried across continue-as-new (a fresh attempt after a retry):
+    attempt: int = Field(default=1, ge=1)
+    last_consumed_retry_token: str | None = None
+    history: list[AttemptRecord] = Field(default_factory=list)
+
+
+class MemberTarget(_Model):
+    """One admitted member Pod, bound by UID and the ``main`` container's ID."""
+
+    pod: str
+    uid: str
+    container_id: str
+    restart_count: int = 0
+    ip: str
+    member_index: int | None = None
+    measured: bool = False  # answers for the replica: read during the drain, restored
+    eligible_at_admission: bool = False
+    serve_port: int | None = None
+    metrics_port: int | None = None
+    metrics_scheme: str = "http"
+    metrics_path: str = "/metrics"
+    labels: dict[str, str] = Field(default_factory=dict)  # as admitted (before disqualify)
+
+
+class Target(_Model):
+    """What admission bound: the retirement may touch these objects and no other."""
+
+    namespace: str
+    deployment: str
+    role: str
+    ordinal: int
+    intent: IntentKind
+    engine: str
+    engine_version: str = ""
+    shape: str
+    router: str | None = None
+    members: list[MemberTarget]
+    workload_name: str | None = None
+    workload_uid: str | None = None
+    observed_generation: int = 0
+    deployment_uid: str = ""
+
+    @property
+    def measured(self) -> tuple[str, ...]:
+        """Names of the members that answer for the replica."""
+        return tuple(m.pod for m in self.members if m.measured)
+
+    @property
+    def uids(self) -> list[str]:
+        """Every admitted member UID (the delete binding)."""
+        return [m.uid for m in self.members]
+
+
+class AdmitInput(_Model):
+    """Input of the ``admit`` activity."""
+
+    request: RetirementRequest
+    workflow_id: str
+
+
+class Admission(_Model):
+    """Output of ``admit``: a target, or a refusal a person can act on."""
+
+    target: Target | None = None
+    refusal: str = ""
+
+
+class PhaseInput(_Model):
+    """Input of a phase activity."""
+
+    target: Target
+    deadline: datetime
+    poll_interval_s: float = 1.0
+    routerless_policy: RouterlessPolicy = RouterlessPolicy.HOLD
+    quiet_window_s: float = 10.0
+
+
+class Observation(_Model):
+    """What a phase activity saw: a verdict, a reason, and the last readings per member."""
+
+    verdict: Verdict
+    reason: str = ""
+    readings: dict[str, str] = Field(default_factory=dict)
+    polls: int = 0
+
+
+class WithdrawProgress(_Model):
+    """Heartbeat details of the withdrawal activity (a retry resumes from them)."""
+
+    polls: int = 0
+    removal_requested: list[str] = Field(default_factory=list)  # router/worker pairs
+    last: Observation | None = None
+
+
+class DrainHeartbeat(_Model):
+    """Heartbeat details of the drain activity (a retry resumes from them)."""
+
+    progress: DrainProgress = Field(default_factory=DrainProgress)
+    readings: dict[str, str] = Field(default_factory=dict)
+
+
+class DeleteResult(_Model):
+    """What ``delete`` did to each admitted Pod and the Workload."""
+
+    deleted: list[str] = Field(default_factory=list)
+    already_gone: list[str] = Field(default_factory=list)
+    replaced: list[str] = Field(default_factory=list)  # precondition failed: not touched
+    workload: str = "none"  # none | deleted | kept (owns other Pods) | gone
+
+
+class RestoreResult(_Model):
+    """What ``restore`` did: members labelled again, held, or failed."""
+
+    restored: list[str] = Field(default_factory=list)
+    held: dict[str, str] = Field(default_factory=dict)
+    failed: dict[str, str] = Field(default_factory=dict)
+
+
+class PublishInput(_Model):
+    """Input of ``publish``: mirror the workflow on the ModelDeployment."""
+
+    namespace: str
+    deployment: str
+    workflow_id: str
+    phase: Phase
+    outcome: Outcome
+    reason: str = ""
+    role: str
+    ordinal: int
+    target: Target | None = None
+    started_at: datetime
+    deadline: datetime | None = None
+    phase_started_at: datetime
+    last_consumed_retry_token: str | None = None
+    clear: bool = False  # remove status.retirement (no operation any more)
+
+
+class AbortRequest(_Model):
+    """Update/signal ``abort``."""
+
+    reason: str = Field(min_length=1, max_length=256)
+
+    @field_validator("reason")
+    @classmethod
+    def _printable(cls, v: str) -> str:
+        if not v.strip() or not v.isprintable():
+            raise ValueError("reason must be printable text")
+        return v
+
+
+class RetryRequest(_Model):
+    """Update/signal ``retry``."""
+
+    token: str
+
+    @field_validator("token")
+    @classmethod
+    def _token(cls, v: str) -> str:
+        return validate_token(v)
+
+
+class RetryResult(_Model):
+    """What a retry did."""
+
+    decision: str
+    message: str
+
+
+class CancelIntent(_Model):
+    """Signal ``cancel_intent``: the spec re-declared the ordinal (or the intent went away)."""
+
+    reason: str = Field(default="the spec re-declares the ordinal", max_length=256)
+
+
+class RetirementState(_Model):
+    """Query ``state``: the whole state of the retirement."""
+
+    workflow_id: str
+    request: RetirementRequest
+    attempt: int
+    phase: Phase
+    outcome: Outcome
+    target: Target | None = None
+    started_at: datetime | None = None
+    deadline: datetime | None = None
+    phase_started_at: datetime | None = None
+    phase_deadline: datetime | None = None
+    last_readings: dict[str, str] = Field(default_factory=dict)
+    reasons: list[str] = Field(default_factory=list)
+    abort_requested: str | None = None
+    last_consumed_retry_token: str | None = None
+    deleted: DeleteResult | None = None
+    restored: RestoreResult | None = None
+    history: list[AttemptRecord] = Field(default_factory=list)
+    phase_timeline: list[tuple[Phase, datetime]] = Field(default_factory=list)
+
+
+def workflow_id_for(*, namespace: str, deployment: str) -> str:
+    """One workflow ID per deployment, so Temporal refuses a second start atomically."""
+    return f"retirement/{namespace}/{deployment}"

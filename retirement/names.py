@@ -1,0 +1,30 @@
+"""Names shared with gpustack: API group, labels, annotations (SPEC section 2)."""
+
+from __future__ import annotations
+
+GROUP = "worker.gpustack.ai"
+VERSION = "v1alpha1"
+PLURAL = "modeldeployments"
+KIND = "ModelDeployment"
+
+PREFIX = "modeldeployment.gpustack.ai/"
+LABEL_ELIGIBLE = PREFIX + "endpoint-eligible"
+LABEL_ROLE_KIND = PREFIX + "role-kind"
+LABEL_ORDINAL = PREFIX + "pod-ordinal"
+LABEL_MEMBER_INDEX = PREFIX + "member-index"
+LABEL_ROUTER = PREFIX + "router"
+ANNOTATION_RETRY = PREFIX + "retirement-retry"
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+APP_NAME = "model-deployment"
+
+ANNOTATION_PROM_PORT = "prometheus.io/port"
+ANNOTATION_PROM_SCHEME = "prometheus.io/scheme"
+ANNOTATION_PROM_PATH = "prometheus.io/path"
+
+ENGINE_CONTAINER = "main"
+KUEUE_WORKLOAD_API = ("kueue.x-k8s.io", "v1beta1", "workloads")
+
+FIELD_MANAGER = "llm-retire"

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Build the real control-plane binaries the test bed runs, once, into a cache outside the
+# repository keyed by version:  kube-apiserver + kube-controller-manager (k8s.io/kubernetes),
+# etcd (go.etcd.io/etcd/server/v3) and kwok (sigs.k8s.io/kwok).
+#
+# Idempotent: a binary that is already cached is not rebuilt.  Progress goes to stdout.
+# Environment:
+#   RETIRE_CACHE   cache root (default: ${XDG_CACHE_HOME:-$HOME/.cache}/llm-retire)
+set -euo pipefail
+
+K8S_VERSION=${K8S_VERSION:-v1.36.3}
+STAGING_VERSION=${STAGING_VERSION:-v0.36.3}
+ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
+
+CACHE=${RETIRE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/llm-retire}
+export GOMODCACHE=${GOMODCACHE:-$CACHE/gomod}
+export GOCACHE=${GOCACHE:-$CACHE/gobuild}
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
+mkdir -p "$CACHE" "$GOMODCACHE" "$GOCACHE"
+
+K8S_BIN=$CACHE/k8s-$K8S_VERSION/bin
+ETCD_BIN=$CACHE/etcd-$ETCD_VERSION/bin
+KWOK_BIN=$CACHE/kwok-$KWOK_VERSION/bin
+
+say() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+# Runs "$@" in the background and prints a heartbeat with the elapsed time and the number
+# of packages compiled so far, so a cold build that takes tens of minutes shows progress.
+with_progress() {
+  local label=$1; shift
+  local start=$SECONDS log
+  log=$(mktemp)
+  ( "$@" ) >"$log" 2>&1 &
+  local pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 20
+    kill -0 "$pid" 2>/dev/null || break
+    say "$label: $((SECONDS - start)) s, $(grep -c . "$log" || true) packages compiled"
+  done
+  if ! wait "$pid"; then
+    say "$label FAILED after $((SECONDS - start)) s; last lines:"
+    tail -40 "$log"
+    rm -f "$log"
+    return 1
+  fi
+  rm -f "$log"
+  say "$label done in $((SECONDS - start)) s"
+}
+
+build_kwok() {
+  [ -x "$KWOK_BIN/kwok" ] && { say "kwok $KWOK_VERSION cached"; return; }
+  mkdir -p "$KWOK_BIN"
+  with_progress "kwok $KWOK_VERSION" env GOBIN="$KWOK_BIN" go install -v "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  # The stage files ship in the module; keep a copy beside the binary.
+  local moddir
+  moddir=$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  mkdir -p "$CACHE/kwok-$KWOK_VERSION/stage"
+  cp -r "$moddir/kustomize/stage/." "$CACHE/kwok-$KWOK_VERSION/stage/"
+  chmod -R u+w "$CACHE/kwok-$KWOK_VERSION/stage"
+}
+
+build_etcd() {
+  [ -x "$ETCD_BIN/etcd" ] && { say "etcd $ETCD_VERSION cached"; return; }
+  local src=$CACHE/src/etcd-$ETCD_VERSION
+  mkdir -p "$src" "$ETCD_BIN"
+  cat >"$src/main.go" <<'GO'
+// Wrapper whose only job is to build the etcd server from its published module.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+  (cd "$src" && rm -f go.mod go.sum && go mod init retire.local/etcdbuild >/dev/null 2>&1 \
+     && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" && go mod tidy)
+  with_progress "etcd $ETCD_VERSION" sh -c "cd '$src' && go build -v -trimpath -o '$ETCD_BIN/etcd' ."
+}
+
+build_k8s() {
+  if [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-controller-manager" ]; then
+    say "kubernetes $K8S_VERSION cached"; return
+  fi
+  local src=$CACHE/src/k8s-$K8S_VERSION
+  mkdir -p "$src" "$K8S_BIN"
+  local gomod
+  gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+  # Every staging module that k8s.io/kubernetes replaces with ./staging/... is replaced here
+  # by its published version; the list comes from that version's own go.mod.
+  local replaces
+  replaces=$(sed -nE 's#^[[:space:]]*(replace[[:space:]]+)?(k8s\.io/[A-Za-z0-9._/-]+)[[:space:]]+=>[[:space:]]+\./staging/.*#\2#p' "$gomod" | sort -u)
+  say "kubernetes $K8S_VERSION: $(echo "$replaces" | wc -l) staging modules replaced by $STAGING_VERSION"
+  {
+    echo "module retire.local/k8sbuild"
+    echo
+    sed -nE 's#^go ([0-9.]+)$#go \1#p' "$gomod" | head -1
+    echo
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    echo
+    for m in $replaces; do echo "replace $m => $m $STAGING_VERSION"; done
+  } >"$src/go.mod"
+  cat >"$src/tools.go" <<'GO'
+//go:build tools
+
+// Package tools pins the commands this wrapper module builds.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+)
+GO
+  rm -f "$src/go.sum"
+  with_progress "kubernetes $K8S_VERSION module graph" sh -c "cd '$src' && go mod tidy"
+  local major minor pkg ld=""
+  major=$(echo "${K8S_VERSION#v}" | cut -d. -f1)
+  minor=$(echo "${K8S_VERSION#v}" | cut -d. -f2)
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld="$ld -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  for cmd in kube-apiserver kube-controller-manager; do
+    [ -x "$K8S_BIN/$cmd" ] && continue
+    with_progress "$cmd $K8S_VERSION" sh -c "cd '$src' && go build -v -trimpath -ldflags '-s -w $ld' -o '$K8S_BIN/$cmd.tmp' k8s.io/kubernetes/cmd/$cmd && mv '$K8S_BIN/$cmd.tmp' '$K8S_BIN/$cmd'"
+  done
+}
+
+start=$SECONDS
+say "cache: $CACHE"
+build_kwok
+build_etcd
+build_k8s
+say "all binaries ready in $((SECONDS - start)) s"

@@ -1,0 +1,119 @@
+"""In-test fake activities for the workflow tests: each phase's behaviour is scripted.
+
+They are fakes of the world, not of the logic under test: the workflow, its handlers,
+timers, cancellation and continue-as-new all run for real on a Temporal server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Literal
+
+from temporalio import activity
+
+from retirement.models import (
+    Admission,
+    AdmitInput,
+    DeleteResult,
+    MemberTarget,
+    Observation,
+    PhaseInput,
+    PublishInput,
+    RestoreResult,
+    Target,
+)
+from retirement.phases import Verdict
+
+Behaviour = Literal["verified", "hang", "failed", "unknown"]
+
+
+def make_target(req_ns: str = "ns", dep: str = "md", role: str = "server",
+                ordinal: int = 1) -> Target:
+    """A two-member-free, one-member vLLM target."""
+    return Target(
+        namespace=req_ns, deployment=dep, role=role, ordinal=ordinal, intent="CountTrim",
+        engine="vLLM", shape="Single",
+        members=[MemberTarget(pod=f"{dep}-{role}-{ordinal}", uid=f"uid-{ordinal}",
+                              container_id="containerd://abc", ip="198.18.1.9",
+                              measured=True, eligible_at_admission=True, metrics_port=9100)],
+        observed_generation=3,
+    )
+
+
+@dataclass
+class FakeWorld:
+    """Scripted behaviour per phase activity, and a record of every call."""
+
+    behaviour: dict[str, Behaviour] = field(default_factory=dict)
+    refusal: str = ""
+    calls: list[str] = field(default_factory=list)
+    published: list[PublishInput] = field(default_factory=list)
+    admissions: int = 0
+    started: dict[str, asyncio.Event] = field(default_factory=dict)
+
+    def started_event(self, name: str) -> asyncio.Event:
+        """Set when the named activity starts."""
+        return self.started.setdefault(name, asyncio.Event())
+
+    async def _phase(self, name: str) -> Observation:
+        self.calls.append(name)
+        self.started_event(name).set()
+        mode = self.behaviour.get(name, "verified")
+        if mode == "verified":
+            return Observation(verdict=Verdict.VERIFIED, reason=f"{name} ok",
+                               readings={"m": f"{name} reading"})
+        if mode == "failed":
+            return Observation(verdict=Verdict.FAILED, reason=f"{name} definite fault")
+        if mode == "unknown":
+            return Observation(verdict=Verdict.UNKNOWN, reason=f"{name} budget exhausted")
+        while True:  # hang until cancelled, heartbeating like the real pollers
+            activity.heartbeat()
+            await asyncio.sleep(0.05)
+
+    @activity.defn(name="admit")
+    async def admit(self, inp: AdmitInput) -> Admission:
+        self.calls.append("admit")
+        self.admissions += 1
+        if self.refusal:
+            return Admission(refusal=self.refusal)
+        r = inp.request
+        return Admission(target=make_target(r.namespace, r.deployment, r.role, r.ordinal))
+
+    @activity.defn(name="disqualify")
+    async def disqualify(self, inp: PhaseInput) -> Observation:
+        return await self._phase("disqualify")
+
+    @activity.defn(name="withdraw")
+    async def withdraw(self, inp: PhaseInput) -> Observation:
+        return await self._phase("withdraw")
+
+    @activity.defn(name="drain")
+    async def drain(self, inp: PhaseInput) -> Observation:
+        return await self._phase("drain")
+
+    @activity.defn(name="settle")
+    async def settle(self, inp: PhaseInput) -> Observation:
+        return await self._phase("settle")
+
+    @activity.defn(name="delete")
+    async def delete(self, inp: PhaseInput) -> DeleteResult:
+        self.calls.append("delete")
+        self.started_event("delete").set()
+        if self.behaviour.get("delete") == "hang":
+            await asyncio.sleep(1.0)  # long enough for a test to try an abort meanwhile
+        return DeleteResult(deleted=[m.pod for m in inp.target.members], workload="none")
+
+    @activity.defn(name="restore")
+    async def restore(self, inp: PhaseInput) -> RestoreResult:
+        self.calls.append("restore")
+        return RestoreResult(restored=[m.pod for m in inp.target.members])
+
+    @activity.defn(name="publish")
+    async def publish(self, inp: PublishInput) -> None:
+        self.published.append(inp)
+
+    def activities(self) -> list[object]:
+        """Every activity, for a Worker."""
+        return [self.admit, self.disqualify, self.withdraw, self.drain, self.settle,
+                self.delete, self.restore, self.publish]

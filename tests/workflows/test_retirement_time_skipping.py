@@ -1,0 +1,359 @@
+"""Every path of RetirementWorkflow on the time-skipping test server, with fake activities.
+
+Budgets here are the real ones (300/30/240/30 s): the server skips the time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from retirement.models import (
+    AbortRequest,
+    CancelIntent,
+    RetirementRequest,
+    RetirementState,
+    RetryRequest,
+)
+from retirement.phases import Outcome, Phase
+from tests.workflows.fakes import FakeWorld
+from workflows.retirement import RetirementWorkflow
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+HISTORIES: list[tuple[str, object]] = []  # recorded for the replay test
+
+
+@pytest.fixture
+async def world_worker(
+    time_skipping_env: WorkflowEnvironment,
+) -> AsyncIterator[tuple[Client, FakeWorld, str]]:
+    world = FakeWorld()
+    queue = f"tq-{uuid.uuid4()}"
+    async with Worker(time_skipping_env.client, task_queue=queue,
+                      workflows=[RetirementWorkflow], activities=world.activities()):
+        yield time_skipping_env.client, world, queue
+
+
+def request(**kw: object) -> RetirementRequest:
+    base: dict[str, object] = {"namespace": "ns", "deployment": f"md-{uuid.uuid4().hex[:8]}",
+                               "role": "server", "ordinal": 1}
+    base.update(kw)
+    return RetirementRequest.model_validate(base)
+
+
+async def start(client: Client, queue: str, req: RetirementRequest) -> WorkflowHandle:  # type: ignore[type-arg]
+    return await client.start_workflow(
+        RetirementWorkflow.run, req, id=f"retirement/{req.namespace}/{req.deployment}",
+        task_queue=queue, result_type=RetirementState,
+    )
+
+
+async def cancel_and_wait(handle: WorkflowHandle) -> None:  # type: ignore[type-arg]
+    """Cancel a held retirement and wait for it to end while its worker still runs, so no
+    activity is left pending (a pending one would stall the next test's time skipping)."""
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+
+
+async def record(handle: WorkflowHandle) -> None:  # type: ignore[type-arg]
+    HISTORIES.append((handle.id, await handle.fetch_history()))
+
+
+async def wait_phase(handle: WorkflowHandle, phase: Phase, outcome: Outcome | None = None,  # type: ignore[type-arg]
+                     timeout: float = 10.0, env: WorkflowEnvironment | None = None,
+                     ) -> RetirementState:
+    """Query until ``phase``; with ``env``, skip 30 s of server time between queries."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        st: RetirementState = await handle.query(RetirementWorkflow.state)
+        if st.phase is phase and (outcome is None or st.outcome is outcome):
+            return st
+        if loop.time() > end:
+            raise AssertionError(f"still {st.phase}/{st.outcome}, wanted {phase}")
+        if env is not None:
+            await env.sleep(timedelta(seconds=30))
+        else:
+            await asyncio.sleep(0.05)
+
+
+async def test_happy_path(world_worker: tuple[Client, FakeWorld, str]) -> None:
+    client, world, queue = world_worker
+    handle = await start(client, queue, request())
+    st: RetirementState = await handle.result()
+    assert st.outcome is Outcome.COMPLETED
+    assert st.phase is Phase.COMPLETED
+    assert [p for p, _ in st.phase_timeline] == [
+        Phase.ADMITTED, Phase.DISQUALIFIED, Phase.WITHDRAWING, Phase.DRAINING,
+        Phase.DELETING, Phase.SETTLING, Phase.COMPLETED]
+    assert world.calls == ["admit", "disqualify", "withdraw", "drain", "delete", "settle"]
+    assert st.deleted is not None and st.deleted.deleted == ["md-server-1"] or st.deleted
+    assert world.published[-1].clear and world.published[-1].phase is Phase.COMPLETED
+    desc = await handle.describe()
+    sa = {k.name: v for k, v in ((p.key, p.value) for p in desc.typed_search_attributes)}
+    assert sa["RetirementPhase"] == "Completed" and sa["RetirementOutcome"] == "Completed"
+    assert sa["RetirementOrdinal"] == 1 and sa["RetirementRole"] == "server"
+    await record(handle)
+
+
+@pytest.mark.parametrize(("phase_activity", "phase", "budget"), [
+    ("withdraw", Phase.WITHDRAWING, 30.0),
+    ("drain", Phase.DRAINING, 240.0),
+    ("settle", Phase.SETTLING, 30.0),
+])
+async def test_phase_budget_exhausted(
+    world_worker: tuple[Client, FakeWorld, str], time_skipping_env: WorkflowEnvironment,
+    phase_activity: str, phase: Phase, budget: float,
+) -> None:
+    client, world, queue = world_worker
+    world.behaviour[phase_activity] = "unknown"  # holds: never VERIFIED, never FAILED
+    handle = await start(client, queue, request())
+    if phase is Phase.SETTLING:
+        st: RetirementState = await handle.result()
+    else:
+        st = await wait_phase(handle, Phase.ABORTED, Outcome.ABORTED, timeout=60,
+                         env=time_skipping_env)
+    entered = next(t for p, t in st.phase_timeline if p is phase)
+    left = next(t for p, t in st.phase_timeline
+                if p in (Phase.ABORTED, Phase.COMPLETED) and t > entered)
+    assert budget <= (left - entered).total_seconds() <= budget + 6
+    if phase is Phase.SETTLING:
+        # After the point of no return: deleted, but the settle was not confirmed.
+        assert st.outcome is Outcome.COMPLETED_UNSETTLED
+        assert "delete" in world.calls and "restore" not in world.calls
+    else:
+        assert st.outcome is Outcome.ABORTED or st.phase is Phase.ABORTED
+        await cancel_and_wait(handle)
+        assert "delete" not in world.calls and "restore" in world.calls
+        assert st.history[-1].furthest_phase is phase
+    assert any("budget exhausted" in r for r in st.reasons), st.reasons
+    await record(handle)
+
+
+async def test_drain_held_then_aborted_at_drain_budget_with_real_300s_budget(
+    world_worker: tuple[Client, FakeWorld, str], time_skipping_env: WorkflowEnvironment,
+) -> None:
+    client, world, queue = world_worker
+    world.behaviour["drain"] = "unknown"  # an engine that stays busy
+    handle = await start(client, queue, request())
+    st = await wait_phase(handle, Phase.ABORTED, Outcome.ABORTED, timeout=60,
+                         env=time_skipping_env)
+    assert st.deadline is not None and st.started_at is not None
+    drain_start = next(t for p, t in st.phase_timeline if p is Phase.DRAINING)
+    # The drain phase ends at min(overall, start + 240 s).
+    assert min(st.deadline, drain_start + timedelta(seconds=240)) == drain_start + timedelta(
+        seconds=240)
+    assert "restore" in world.calls and "delete" not in world.calls
+    assert st.history[-1].furthest_phase is Phase.DRAINING
+    assert st.history[-1].ended_at is not None
+    drain_len = (st.history[-1].ended_at - drain_start).total_seconds()
+    assert 240 <= drain_len <= 240 + 6, drain_len
+    # Bounded cost: the early-UNKNOWN fake is re-run on a 5 s timer, never past the deadline.
+    assert world.calls.count("drain") <= 240 / 5 + 2
+    await cancel_and_wait(handle)
+
+
+async def test_overall_budget_bounds_every_phase(
+    world_worker: tuple[Client, FakeWorld, str], time_skipping_env: WorkflowEnvironment,
+) -> None:
+    client, world, queue = world_worker
+    world.behaviour["drain"] = "unknown"
+    req = request(budgets={"overall_s": 60, "withdrawal_s": 30, "drain_s": 240,
+                           "settle_s": 30})
+    handle = await start(client, queue, req)
+    st = await wait_phase(handle, Phase.ABORTED, Outcome.ABORTED, timeout=60,
+                         env=time_skipping_env)
+    assert st.deadline is not None and st.history[-1].ended_at is not None
+    # The drain was cut by the overall deadline, not its own 240 s.
+    assert st.history[-1].ended_at <= st.deadline + timedelta(seconds=1)
+    assert (st.deadline - st.phase_timeline[0][1]).total_seconds() == 60  # from admission
+    assert "delete" not in world.calls
+    await cancel_and_wait(handle)
+
+
+@pytest.mark.parametrize("phase_activity", ["disqualify", "withdraw", "drain"])
+@pytest.mark.parametrize("how", ["update", "signal", "cancel"])
+async def test_abort_before_deleting(
+    world_worker: tuple[Client, FakeWorld, str], phase_activity: str, how: str,
+) -> None:
+    client, world, queue = world_worker
+    world.behaviour[phase_activity] = "hang"
+    handle = await start(client, queue, request())
+    await asyncio.wait_for(world.started_event(phase_activity).wait(), 10)
+    if how == "update":
+        msg = await handle.execute_update(RetirementWorkflow.abort, AbortRequest(reason="oncall"))
+        assert "aborting" in msg
+    elif how == "signal":
+        await handle.signal(RetirementWorkflow.abort_signal, AbortRequest(reason="oncall"))
+    else:
+        await handle.cancel()
+    if how == "cancel":
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        desc = await handle.describe()
+        assert desc.status is WorkflowExecutionStatus.CANCELED
+        st: RetirementState = await handle.query(RetirementWorkflow.state)
+        assert st.outcome is Outcome.CANCELLED
+    else:
+        st = await wait_phase(handle, Phase.ABORTED, Outcome.ABORTED)
+        await cancel_and_wait(handle)
+    assert "restore" in world.calls and "delete" not in world.calls
+    assert world.published[-1].phase is Phase.ABORTED
+    await record(handle)
+
+
+async def test_abort_refused_once_deleting_began(
+    world_worker: tuple[Client, FakeWorld, str],
+) -> None:
+    client, world, queue = world_worker
+    world.behaviour["delete"] = "hang"  # the delete takes 1 s: time to try to abort it
+    handle = await start(client, queue, request())
+    await asyncio.wait_for(world.started_event("delete").wait(), 10)
+    with pytest.raises(WorkflowUpdateFailedError) as err:
+        await handle.execute_update(RetirementWorkflow.abort, AbortRequest(reason="late"))
+    assert "abort refused" in str(err.value.cause)
+    await handle.signal(RetirementWorkflow.abort_signal, AbortRequest(reason="late signal"))
+    await handle.cancel()  # cancellation does not stop the deletes either
+    st: RetirementState = await handle.result()
+    assert st.outcome is Outcome.COMPLETED
+    assert "restore" not in world.calls and "settle" in world.calls
+    assert any("abort signal ignored" in r for r in st.reasons)
+    assert st.deleted is not None and st.deleted.deleted
+    await record(handle)
+
+
+async def test_abort_update_validator_rejects_bad_input(
+    world_worker: tuple[Client, FakeWorld, str],
+) -> None:
+    client, world, queue = world_worker
+    world.behaviour["drain"] = "hang"
+    handle = await start(client, queue, request())
+    await asyncio.wait_for(world.started_event("drain").wait(), 10)
+    with pytest.raises(WorkflowUpdateFailedError):
+        await handle.execute_update("abort", {"reason": ""})
+    with pytest.raises(WorkflowUpdateFailedError):
+        await handle.execute_update("retry", {"token": "bad token with spaces"})
+    st: RetirementState = await handle.query(RetirementWorkflow.state)
+    assert st.phase is Phase.DRAINING and st.abort_requested is None  # left no trace
+    await cancel_and_wait(handle)
+
+
+async def test_retry_replay_ignored_and_new_token_starts_fresh_attempt(
+    world_worker: tuple[Client, FakeWorld, str],
+) -> None:
+    client, world, queue = world_worker
+    world.behaviour["withdraw"] = "failed"
+    handle = await start(client, queue, request(last_consumed_retry_token="t1"))
+    await wait_phase(handle, Phase.ABORTED, Outcome.ABORTED)
+    # A token equal to the last consumed one is a replay (checked before aborted-state).
+    res = await handle.execute_update(RetirementWorkflow.retry, RetryRequest(token="t1"))
+    assert res.decision == "Replay"
+    st: RetirementState = await handle.query(RetirementWorkflow.state)
+    assert st.phase is Phase.ABORTED and st.attempt == 1
+    world.behaviour["withdraw"] = "verified"
+    res = await handle.execute_update(RetirementWorkflow.retry, RetryRequest(token="t2"))
+    assert res.decision == "Accept"
+    # continue-as-new: the same workflow ID, a new run, fresh admission and budgets.
+    final: RetirementState = await client.get_workflow_handle(
+        handle.id, result_type=RetirementState).result()
+    assert final.outcome is Outcome.COMPLETED and final.attempt == 2
+    assert final.last_consumed_retry_token == "t2"
+    assert world.admissions == 2
+    assert [h.outcome for h in final.history] == [Outcome.ABORTED, Outcome.COMPLETED]
+    # A retry on a running (here completed) retirement: the replay check still comes first.
+
+
+async def test_retry_signal_on_running_retirement_is_ignored(
+    world_worker: tuple[Client, FakeWorld, str],
+) -> None:
+    client, world, queue = world_worker
+    world.behaviour["drain"] = "hang"
+    handle = await start(client, queue, request())
+    await asyncio.wait_for(world.started_event("drain").wait(), 10)
+    res = await handle.execute_update(RetirementWorkflow.retry, RetryRequest(token="x9"))
+    assert res.decision == "NotAborted"
+    await handle.signal(RetirementWorkflow.retry_signal, RetryRequest(token="x9"))
+    st: RetirementState = await handle.query(RetirementWorkflow.state)
+    assert st.phase is Phase.DRAINING and st.attempt == 1
+    await cancel_and_wait(handle)
+
+
+@pytest.mark.parametrize("when", ["draining", "held"])
+async def test_cancel_intent_retains_capacity(
+    world_worker: tuple[Client, FakeWorld, str], when: str,
+) -> None:
+    client, world, queue = world_worker
+    world.behaviour["drain"] = "hang" if when == "draining" else "failed"
+    handle = await start(client, queue, request())
+    if when == "draining":
+        await asyncio.wait_for(world.started_event("drain").wait(), 10)
+    else:
+        await wait_phase(handle, Phase.ABORTED, Outcome.ABORTED)
+    await handle.signal(RetirementWorkflow.cancel_intent, CancelIntent())
+    st: RetirementState = await handle.result()
+    assert st.outcome is Outcome.CAPACITY_RETAINED
+    assert "delete" not in world.calls and "restore" in world.calls
+    assert world.published[-1].clear
+    await record(handle)
+
+
+async def test_second_start_for_same_deployment_is_refused(
+    world_worker: tuple[Client, FakeWorld, str],
+) -> None:
+    client, world, queue = world_worker
+    world.behaviour["drain"] = "hang"
+    req = request()
+    handle = await start(client, queue, req)
+    with pytest.raises(WorkflowAlreadyStartedError):
+        await start(client, queue, req.model_copy(update={"ordinal": 0}))
+    await cancel_and_wait(handle)
+
+
+async def test_admission_refusal_touches_nothing(
+    world_worker: tuple[Client, FakeWorld, str],
+) -> None:
+    client, world, queue = world_worker
+    world.refusal = "prefill/decode member"
+    handle = await start(client, queue, request())
+    st: RetirementState = await handle.result()
+    assert st.outcome is Outcome.REFUSED
+    assert world.calls == ["admit"]
+    assert any("prefill/decode" in r for r in st.reasons)
+    await record(handle)
+
+
+async def test_failed_verdict_aborts_now(world_worker: tuple[Client, FakeWorld, str]) -> None:
+    client, world, queue = world_worker
+    world.behaviour["drain"] = "failed"
+    handle = await start(client, queue, request())
+    st = await wait_phase(handle, Phase.ABORTED, Outcome.ABORTED)
+    assert any("drain failed" in r for r in st.reasons)
+    assert "delete" not in world.calls
+    await cancel_and_wait(handle)
+
+
+async def test_replay_recorded_histories() -> None:
+    """Every history recorded above replays deterministically against today's code."""
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.worker import Replayer
+
+    assert HISTORIES, "the tests above record histories; run the module whole"
+    replayer = Replayer(workflows=[RetirementWorkflow], data_converter=pydantic_data_converter)
+    for _wid, history in HISTORIES:
+        await replayer.replay_workflow(history)  # type: ignore[arg-type]
