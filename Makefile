@@ -24,6 +24,7 @@ demo: venv bins
 	$(BIN)/python -m testbed demo
 
 # The whole suite: lint, types, then every test (unit, time-skipping, dev server, bed).
+# pytest exits 5 when it ran no test; that is a failure here, as any non-zero code is.
 test: venv bins
 	$(BIN)/ruff check .
 	$(BIN)/mypy

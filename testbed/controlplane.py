@@ -1,0 +1,307 @@
+"""The local Kubernetes control plane: etcd, kube-apiserver, kube-controller-manager, kwok.
+
+Real binaries (built by ``testbed/build.sh``), real RBAC, real EndpointSlices, a kwok node
+that runs ``pods/exec`` commands inside the bed's network namespace.  ``ControlPlane``
+starts them in order, waits for each to be ready, and stops them all (and the namespace)
+on ``stop()`` or at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testbed import netns
+from testbed.paths import (
+    REPO_ROOT,
+    etcd_bin,
+    k8s_bin,
+    kwok_bin,
+    kwok_stage_dir,
+    missing_binaries,
+)
+from testbed.pki import Pki, make_pki
+from testbed.procs import Child, free_port, port_open, wait_until
+
+ADMIN_TOKEN = "bed-admin-token"  # noqa: S105 - a test bed's throwaway credential
+NODE_NAME = "kwok-node-0"
+KWOK_NODE_PORT = 10250
+CRD_PATH = REPO_ROOT / "deploy" / "crd-modeldeployment.yaml"
+STAGES = [
+    "node/fast/node-initialize.yaml",
+    "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "pod/fast/pod-complete.yaml",
+    "pod/fast/pod-delete.yaml",
+]
+OWN_STAGES = [REPO_ROOT / "testbed" / "kwok" / "pod-ready.yaml"]
+
+
+@dataclass
+class ControlPlane:
+    """A running local control plane."""
+
+    state_dir: Path
+    net: netns.BedNet = field(default_factory=netns.BedNet)
+    api_port: int = 0
+    children: list[Child] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def server(self) -> str:
+        """The API server's address."""
+        return f"https://{self.net.host_ip}:{self.api_port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        """A kubeconfig for the admin (``system:masters``)."""
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def pki(self) -> Pki:
+        """The bed's key material."""
+        return Pki(self.state_dir / "pki")
+
+    def start(self) -> ControlPlane:
+        """Start everything; raise with the failing component's log on error."""
+        missing = missing_binaries()
+        if missing:
+            raise FileNotFoundError(
+                "control-plane binaries are not built; run `make bins` (testbed/build.sh): "
+                + ", ".join(map(str, missing))
+            )
+        t0 = time.monotonic()
+        shutil.rmtree(self.state_dir, ignore_errors=True)  # every bed starts empty
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        netns.create(self.net)
+        self._step("netns", t0)
+        make_pki(self.state_dir / "pki", ips=[self.net.host_ip, "127.0.0.1"])
+        self._step("pki", t0)
+        etcd_port, etcd_peer = free_port(), free_port()
+        self._start_etcd(etcd_port, etcd_peer)
+        self._step("etcd", t0)
+        self.api_port = free_port(self.net.host_ip)
+        self._start_apiserver(etcd_port)
+        self._step("kube-apiserver", t0)
+        self._write_kubeconfig()
+        self._start_controller_manager()
+        self._apply_file(CRD_PATH)
+        self._create_node()
+        self._start_kwok()
+        self._step("kwok", t0)
+        self._wait_crd()
+        self._step("ready", t0)
+        return self
+
+    def stop(self) -> None:
+        """Stop every component, newest first, and delete the network namespace."""
+        for child in reversed(self.children):
+            child.stop(timeout=10)
+        self.children.clear()
+        netns.destroy(self.net)
+
+    # ------------------------------------------------------------ components
+
+    def _step(self, name: str, t0: float) -> None:
+        self.timings[name] = round(time.monotonic() - t0, 2)
+
+    def _start_etcd(self, port: int, peer: int) -> None:
+        data = self.state_dir / "etcd"
+        child = Child(
+            name="etcd",
+            argv=[str(etcd_bin()), "--data-dir", str(data),
+                  "--listen-client-urls", f"http://127.0.0.1:{port}",
+                  "--advertise-client-urls", f"http://127.0.0.1:{port}",
+                  "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                  "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                  "--initial-cluster", f"default=http://127.0.0.1:{peer}",
+                  "--unsafe-no-fsync", "--log-level", "warn"],
+            log_path=self.state_dir / "logs" / "etcd.log",
+        )
+        self.children.append(child)
+
+        def healthy() -> bool:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                return bool(json.load(r).get("health") == "true")
+
+        wait_until("etcd /health", healthy, timeout=60, child=child)
+
+    def _start_apiserver(self, etcd_port: int) -> None:
+        pki = self.pki
+        tokens = self.state_dir / "tokens.csv"
+        tokens.write_text(f'{ADMIN_TOKEN},bed-admin,bed-admin-uid,"system:masters"\n')
+        child = Child(
+            name="kube-apiserver",
+            argv=[str(k8s_bin("kube-apiserver")),
+                  f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+                  f"--cert-dir={self.state_dir / 'apiserver-certs'}",
+                  f"--tls-cert-file={pki.server_cert}",
+                  f"--tls-private-key-file={pki.server_key}",
+                  f"--secure-port={self.api_port}",
+                  f"--bind-address={self.net.host_ip}",
+                  f"--advertise-address={self.net.host_ip}",
+                  "--endpoint-reconciler-type=none",
+                  f"--service-cluster-ip-range={self.net.service_cidr}",
+                  "--allow-privileged=true",
+                  "--authorization-mode=RBAC",
+                  f"--token-auth-file={tokens}",
+                  "--service-account-issuer=https://kubernetes.default.svc",
+                  f"--service-account-key-file={pki.sa_pub}",
+                  f"--service-account-signing-key-file={pki.sa_key}",
+                  "--kubelet-preferred-address-types=InternalIP,Hostname",
+                  "--enable-priority-and-fairness=false",
+                  "--profiling=false",
+                  "--v=0"],
+            log_path=self.state_dir / "logs" / "kube-apiserver.log",
+        )
+        self.children.append(child)
+        wait_until("kube-apiserver /readyz", lambda: self._get("/readyz") == "ok",
+                   timeout=120, child=child, interval=0.5)
+
+    def _start_controller_manager(self) -> None:
+        child = Child(
+            name="kube-controller-manager",
+            argv=[str(k8s_bin("kube-controller-manager")),
+                  f"--kubeconfig={self.kubeconfig}",
+                  "--controllers=endpointslice,garbagecollector,namespace,serviceaccount",
+                  "--leader-elect=false",
+                  "--secure-port=0",
+                  "--concurrent-service-endpoint-syncs=5",
+                  "--endpointslice-updates-batch-period=0s",
+                  "--v=0"],
+            log_path=self.state_dir / "logs" / "kube-controller-manager.log",
+        )
+        self.children.append(child)
+
+    def _start_kwok(self) -> None:
+        stage_dir = kwok_stage_dir()
+        configs: list[str] = []
+        for rel in STAGES:
+            configs += ["--config", str(stage_dir / rel)]
+        for own in OWN_STAGES:
+            configs += ["--config", str(own)]
+        exec_cfg = self.state_dir / "kwok-exec.yaml"
+        exec_cfg.write_text(yaml.safe_dump(self._exec_config()))
+        configs += ["--config", str(exec_cfg)]
+        child = Child(
+            name="kwok",
+            argv=self.net.in_ns([
+                str(kwok_bin()), f"--kubeconfig={self.kubeconfig}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                f"--cidr={self.net.pod_cidr}",
+                f"--node-ip={self.net.ns_ip}",
+                f"--node-name={NODE_NAME}",
+                f"--node-port={KWOK_NODE_PORT}",
+                f"--server-address={self.net.ns_ip}:{KWOK_NODE_PORT}",
+                *configs,
+            ]),
+            log_path=self.state_dir / "logs" / "kwok.log",
+            env=self._kwok_env(),
+        )
+        self.children.append(child)
+        wait_until("kwok node Ready", self._node_ready, timeout=60, child=child)
+        wait_until("kwok kubelet port", lambda: self._ns_port_open(KWOK_NODE_PORT),
+                   timeout=30, child=child)
+
+    def _kwok_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        # Exec'd commands find the bed's python3 (it carries prometheus_client, as the
+        # engines' own images do) first on PATH; no proxy is ever used.
+        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+        for key in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+            env.pop(key, None)
+        return env
+
+    def _exec_config(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "ClusterExec",
+            "metadata": {"name": "bed-exec"},
+            "spec": {"execs": [{"local": {
+                "workDir": str(self.state_dir),
+                "envs": [{"name": "NO_PROXY", "value": "*"}],
+            }}]},
+        }
+
+    # ------------------------------------------------------------ helpers
+
+    def _ssl(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.pki.ca_cert))
+
+    def _get(self, path: str) -> str:
+        req = urllib.request.Request(self.server + path,
+                                     headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
+                                             urllib.request.HTTPSHandler(context=self._ssl()))
+        with opener.open(req, timeout=5) as resp:
+            return str(resp.read().decode())
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(
+            self.server + path, data=data, method=method,
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}",
+                     "Content-Type": "application/json"})
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
+                                             urllib.request.HTTPSHandler(context=self._ssl()))
+        try:
+            with opener.open(req, timeout=10) as resp:
+                return json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as e:
+            raise RuntimeError(f"{method} {path}: HTTP {e.code}: {e.read()[:2000]!r}") from e
+
+    def _write_kubeconfig(self) -> None:
+        cfg = {
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "bed", "cluster": {
+                "server": self.server, "certificate-authority": str(self.pki.ca_cert)}}],
+            "users": [{"name": "bed-admin", "user": {"token": ADMIN_TOKEN}}],
+            "contexts": [{"name": "bed", "context": {"cluster": "bed", "user": "bed-admin"}}],
+            "current-context": "bed",
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(cfg))
+
+    def _apply_file(self, path: Path) -> None:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "CustomResourceDefinition":
+                self._request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                              doc)
+
+    def _wait_crd(self) -> None:
+        def established() -> bool:
+            crd = self._request(
+                "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+                       "modeldeployments.worker.gpustack.ai")
+            conds = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
+            return conds.get("Established") == "True"
+
+        wait_until("ModelDeployment CRD established", established, timeout=30)
+
+    def _create_node(self) -> None:
+        self._request("POST", "/api/v1/nodes", {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": NODE_NAME,
+                         "annotations": {"kwok.x-k8s.io/node": "fake"},
+                         "labels": {"kubernetes.io/hostname": NODE_NAME,
+                                    "type": "kwok"}},
+            "spec": {},
+        })
+
+    def _node_ready(self) -> bool:
+        node = self._request("GET", f"/api/v1/nodes/{NODE_NAME}")
+        conds = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])}
+        return conds.get("Ready") == "True"
+
+    def _ns_port_open(self, port: int) -> bool:
+        return port_open(self.net.ns_ip, port)
