@@ -1,0 +1,96 @@
+"""The retirement's activities: each bounded, idempotent, heartbeating where it polls.
+
+``RetirementActivities(kube)`` binds them to one cluster; register
+``RetirementActivities(...).all()`` on a worker with a thread-pool activity executor (the
+Kubernetes client is synchronous).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from temporalio import activity
+
+from activities import admit as _admit
+from activities import deletion as _deletion
+from activities import drain as _drain
+from activities import labels as _labels
+from activities import publish as _publish
+from activities import withdrawal as _withdrawal
+from activities.kube import Kube
+from activities.polling import poll_until, seconds_left
+from retirement.models import (
+    Admission,
+    AdmitInput,
+    DeleteResult,
+    Observation,
+    PhaseInput,
+    PublishInput,
+    RestoreResult,
+)
+from retirement.phases import Verdict
+
+__all__ = ["Kube", "RetirementActivities"]
+
+
+class RetirementActivities:
+    """The activities of RetirementWorkflow, bound to one cluster."""
+
+    def __init__(self, kube: Kube) -> None:
+        self._kube = kube
+
+    @activity.defn(name="admit")
+    def admit(self, inp: AdmitInput) -> Admission:
+        """Bind the target or refuse (reads only)."""
+        return _admit.admit(self._kube, inp)
+
+    @activity.defn(name="disqualify")
+    def disqualify(self, inp: PhaseInput) -> Observation:
+        """Remove the eligibility label from the admitted members."""
+        return _labels.disqualify(self._kube, inp.target)
+
+    @activity.defn(name="withdraw")
+    def withdraw(self, inp: PhaseInput) -> Observation:
+        """Poll Services and routers until the target is withdrawn."""
+        return _withdrawal.withdraw(self._kube, inp)
+
+    @activity.defn(name="drain")
+    def drain(self, inp: PhaseInput) -> Observation:
+        """Poll the measured members until drained."""
+        return _drain.drain(self._kube, inp)
+
+    @activity.defn(name="delete")
+    def delete(self, inp: PhaseInput) -> DeleteResult:
+        """Delete the admitted Pods (UID preconditions) and the Workload if it is theirs."""
+        return _deletion.delete(self._kube, inp.target)
+
+    @activity.defn(name="settle")
+    def settle(self, inp: PhaseInput) -> Observation:
+        """Poll until the Pods are gone and the capacity released."""
+        return _deletion.settle(self._kube, inp)
+
+    @activity.defn(name="restore")
+    def restore(self, inp: PhaseInput) -> RestoreResult:
+        """Put the label back on members that still qualify, until decided or the deadline."""
+        state = [RestoreResult()]
+
+        def once() -> Observation:
+            state[0] = _labels.restore_once(self._kube, inp.target, state[0])
+            held = state[0].held
+            return Observation(verdict=Verdict.UNKNOWN if held else Verdict.VERIFIED,
+                               reason="; ".join(f"{k}: {v}" for k, v in held.items()))
+
+        if seconds_left(inp.deadline) > 0:
+            poll_until(deadline=inp.deadline, interval=inp.poll_interval_s, once=once)
+        return state[0]
+
+    @activity.defn(name="publish")
+    def publish(self, inp: PublishInput) -> None:
+        """Mirror the state on the ModelDeployment, with an Event."""
+        _publish.publish(self._kube, inp)
+
+    def all(self) -> list[Callable[..., Any]]:
+        """Every activity, for a Worker."""
+        return [self.admit, self.disqualify, self.withdraw, self.drain, self.delete,
+                self.settle, self.restore, self.publish]

@@ -34,7 +34,7 @@ from testbed.paths import (
 from testbed.pki import Pki, make_pki
 from testbed.procs import Child, free_port, port_open, wait_until
 
-ADMIN_TOKEN = "bed-admin-token"  # noqa: S105 - a test bed's throwaway credential
+ADMIN_TOKEN = "bed-admin-token"
 NODE_NAME = "kwok-node-0"
 KWOK_NODE_PORT = 10250
 CRD_PATH = REPO_ROOT / "deploy" / "crd-modeldeployment.yaml"

@@ -107,7 +107,7 @@ def wait_until(
         try:
             if check():
                 return
-        except Exception:  # noqa: BLE001 - any failure of the probe means "not yet"
+        except Exception:
             pass
         if child is not None and not child.alive():
             raise RuntimeError(f"{what}: {child.name} exited early:\n{child.log_tail()}")

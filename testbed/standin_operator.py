@@ -101,7 +101,7 @@ class StandInOperator:
         while not self._stop.is_set():
             try:
                 self.reconcile_once()
-            except Exception as e:  # noqa: BLE001 - a stand-in keeps going, and says why
+            except Exception as e:
                 msg = f"{type(e).__name__}: {e}"
                 if not self.errors or self.errors[-1] != msg:
                     self.errors.append(msg)

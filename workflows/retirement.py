@@ -15,7 +15,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair
+from temporalio.common import (
+    RetryPolicy,
+    SearchAttributeKey,
+    SearchAttributePair,
+    SearchAttributeUpdate,
+    TypedSearchAttributes,
+)
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -68,10 +74,10 @@ PERSISTENT = RetryPolicy(
 )
 
 
-def search_attributes(
+def search_attribute_updates(
     *, namespace: str, deployment: str, role: str, ordinal: int, phase: Phase, outcome: Outcome
-) -> list[SearchAttributePair[Any]]:
-    """The typed search attributes of a retirement (also used when starting one)."""
+) -> list[SearchAttributeUpdate[Any]]:
+    """The typed search attributes of a retirement, as upserts."""
     return [
         SA_DEPLOYMENT.value_set(f"{namespace}/{deployment}"),
         SA_ROLE.value_set(role),
@@ -79,6 +85,18 @@ def search_attributes(
         SA_PHASE.value_set(phase.value),
         SA_OUTCOME.value_set(outcome.value),
     ]
+
+
+def initial_search_attributes(request: RetirementRequest) -> TypedSearchAttributes:
+    """The search attributes to start a retirement with (the UI can filter it at once)."""
+    pairs: list[SearchAttributePair[Any]] = [
+        SearchAttributePair(SA_DEPLOYMENT, f"{request.namespace}/{request.deployment}"),
+        SearchAttributePair(SA_ROLE, request.role),
+        SearchAttributePair(SA_ORDINAL, request.ordinal),
+        SearchAttributePair(SA_PHASE, Phase.ADMITTED.value),
+        SearchAttributePair(SA_OUTCOME, Outcome.RUNNING.value),
+    ]
+    return TypedSearchAttributes(pairs)
 
 
 class _Aborted(Exception):
@@ -139,6 +157,9 @@ class RetirementWorkflow:
     @workflow.update
     def abort(self, request: AbortRequest) -> str:
         """Abort the retirement: the replica is kept and serving again."""
+        return self._do_abort(request)
+
+    def _do_abort(self, request: AbortRequest) -> str:
         self._abort = request.reason
         self._reasons.append(f"abort requested: {request.reason}")
         return f"aborting in phase {self._phase}"
@@ -156,11 +177,14 @@ class RetirementWorkflow:
         if refusal:
             self._reasons.append(f"abort signal ignored: {refusal}")
             return
-        self.abort(request)
+        self._do_abort(request)
 
     @workflow.update
     def retry(self, request: RetryRequest) -> RetryResult:
         """Deliver a retry token; a new token on an aborted retirement starts a fresh attempt."""
+        return self._do_retry(request)
+
+    def _do_retry(self, request: RetryRequest) -> RetryResult:
         decision = decide_retry(
             token=request.token, last_consumed=self._last_token, aborted=self._held()
         )
@@ -177,7 +201,7 @@ class RetirementWorkflow:
     @workflow.signal(name="retry")
     def retry_signal(self, request: RetryRequest) -> None:
         """The ``retry`` update as a signal."""
-        self.retry(request)
+        self._do_retry(request)
 
     @workflow.signal
     def cancel_intent(self, request: CancelIntent) -> None:
@@ -363,7 +387,8 @@ class RetirementWorkflow:
             if interruptible:
                 handle.cancel()
                 raise
-            return await self._shielded(handle)  # type: ignore[no-any-return]
+            shielded: Observation = await self._shielded(handle)
+            return shielded
         except TimeoutError:
             handle.cancel()
             return Observation(verdict=Verdict.UNKNOWN,
@@ -373,7 +398,8 @@ class RetirementWorkflow:
             return Observation(verdict=Verdict.FAILED,
                                reason=self._abort or self._cancel_intent or "abort")
         try:
-            return handle.result()
+            result: Observation = handle.result()
+            return result
         except ActivityError as e:
             return Observation(verdict=Verdict.UNKNOWN, reason=f"{name} failed: {e.cause or e}")
 
@@ -414,7 +440,7 @@ class RetirementWorkflow:
         if self._target is None:
             return RestoreResult()
         try:
-            return await self._shielded(
+            restored: RestoreResult = await self._shielded(
                 workflow.execute_activity(
                     "restore",
                     PhaseInput(target=self._target,
@@ -427,6 +453,7 @@ class RetirementWorkflow:
                     schedule_to_close_timeout=timedelta(minutes=5),
                 )
             )
+            return restored
         except ActivityError as e:
             self._reasons.append(f"restore failed: {e.cause or e}")
             return RestoreResult(failed={"*": str(e.cause or e)})
@@ -473,7 +500,7 @@ class RetirementWorkflow:
 
     async def _upsert(self) -> None:
         workflow.upsert_search_attributes(
-            search_attributes(
+            search_attribute_updates(
                 namespace=self._req.namespace, deployment=self._req.deployment,
                 role=self._req.role, ordinal=self._req.ordinal, phase=self._phase,
                 outcome=self._outcome,

@@ -103,7 +103,7 @@ async def test_happy_path(world_worker: tuple[Client, FakeWorld, str]) -> None:
         Phase.ADMITTED, Phase.DISQUALIFIED, Phase.WITHDRAWING, Phase.DRAINING,
         Phase.DELETING, Phase.SETTLING, Phase.COMPLETED]
     assert world.calls == ["admit", "disqualify", "withdraw", "drain", "delete", "settle"]
-    assert st.deleted is not None and st.deleted.deleted == ["md-server-1"] or st.deleted
+    assert (st.deleted is not None and st.deleted.deleted == ["md-server-1"]) or st.deleted
     assert world.published[-1].clear and world.published[-1].phase is Phase.COMPLETED
     desc = await handle.describe()
     sa = {k.name: v for k, v in ((p.key, p.value) for p in desc.typed_search_attributes)}

@@ -1,0 +1,54 @@
+"""The one loop every polling phase runs inside its single activity: observe, heartbeat
+the progress, stop on a verdict, at the deadline, or when cancelled."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import CancelledError
+
+from retirement.models import Observation
+from retirement.phases import Verdict
+
+
+def seconds_left(deadline: datetime) -> float:
+    """Seconds until ``deadline`` (negative once past)."""
+    return (deadline - datetime.now(UTC)).total_seconds()
+
+
+def poll_until(
+    *,
+    deadline: datetime,
+    interval: float,
+    once: Callable[[], Observation],
+    details: Callable[[Observation], Any] = lambda obs: obs,
+) -> Observation:
+    """Run ``once`` every ``interval`` seconds until it answers VERIFIED or FAILED, or the
+    deadline passes (then the last UNKNOWN is returned).  Cancellation raises."""
+    polls = 0
+    while True:
+        polls += 1
+        obs = once().model_copy(update={"polls": polls})
+        activity.heartbeat(details(obs))
+        if obs.verdict is not Verdict.UNKNOWN:
+            return obs
+        left = seconds_left(deadline)
+        if left <= 0:
+            return obs
+        activity.wait_for_cancelled_sync(min(interval, left))
+        if activity.is_cancelled():
+            raise CancelledError("cancelled while polling")
+
+
+def resumed(kind: type[Any]) -> Any | None:
+    """The last heartbeat details of a previous attempt of this activity, as ``kind``."""
+    raw = activity.info().heartbeat_details
+    if not raw:
+        return None
+    try:
+        return kind.model_validate(raw[-1])
+    except Exception:
+        return None
