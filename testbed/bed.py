@@ -141,6 +141,9 @@ class Bed:
                 "--service-discovery-port", str(SERVE_PORT),
                 "--service-discovery-namespace", namespace,
                 "--policy", "round_robin",
+                # Its Prometheus exporter binds to its own Pod address (routers share the
+                # namespace's loopback).
+                "--prometheus-host", ip, "--prometheus-port", "29000",
                 "--health-check-interval-secs", "1",
                 "--worker-startup-check-interval", "1",
                 "--log-level", "info",

@@ -404,6 +404,7 @@ class RetirementWorkflow:
             return Observation(verdict=Verdict.UNKNOWN, reason=f"{name} failed: {e.cause or e}")
 
     def _require(self, obs: Observation, what: str) -> None:
+        self._reasons.append(f"{what}: {obs.verdict} after {obs.polls} poll(s): {obs.reason}")
         if obs.verdict is Verdict.VERIFIED:
             return
         if self._abort is not None or self._cancel_intent is not None:

@@ -1,0 +1,351 @@
+"""Full retirements on the real bed: the dev server, the real activities in a worker, the
+kube-apiserver + kwok + engine emulators, and the real SGLang gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes import client
+from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from activities import Kube
+from retirement.budgets import Budgets
+from retirement.models import RetirementRequest, RetirementState, workflow_id_for
+from retirement.names import (
+    ANNOTATION_PROM_PORT,
+    GROUP,
+    LABEL_ELIGIBLE,
+    LABEL_INSTANCE,
+    LABEL_ORDINAL,
+    PLURAL,
+    VERSION,
+)
+from retirement.phases import Outcome, Phase
+from testbed.bed import Bed, wait_for
+from tests.bed.conftest import create_md, model_deployment
+from worker.__main__ import build_worker
+from workflows.retirement import RetirementWorkflow, initial_search_attributes
+
+pytestmark = [pytest.mark.bed, pytest.mark.asyncio(loop_scope="session")]
+
+SHORT = Budgets(overall_s=90, withdrawal_s=20, drain_s=30, settle_s=20, poll_interval_s=0.5)
+TIMINGS: dict[str, dict[str, float]] = {}
+
+
+@dataclass
+class Ctx:
+    bed: Bed
+    client: Client
+    queue: str
+    core: client.CoreV1Api
+    ns: str
+
+
+@pytest.fixture
+async def ctx(bed: Bed, dev_env: WorkflowEnvironment, namespace: str) -> AsyncIterator[Ctx]:
+    queue = f"retire-{uuid.uuid4().hex[:8]}"
+    kube = Kube.from_config(kubeconfig=str(bed.cp.kubeconfig))
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        async with build_worker(dev_env.client, task_queue=queue, kube=kube, executor=pool):
+            yield Ctx(bed=bed, client=dev_env.client, queue=queue,
+                      core=client.CoreV1Api(bed.api_client()), ns=namespace)
+
+
+def pods_of(ctx: Ctx, md: str, ordinal: int | None = None) -> list[client.V1Pod]:
+    sel = f"{LABEL_INSTANCE}={md},app.kubernetes.io/name=model-deployment"
+    if ordinal is not None:
+        sel += f",{LABEL_ORDINAL}={ordinal}"
+    return list(ctx.core.list_namespaced_pod(ctx.ns, label_selector=sel).items)
+
+
+def serving(ctx: Ctx, md: str, n: int) -> list[client.V1Pod]:
+    def check() -> list[client.V1Pod] | None:
+        ps = [p for p in pods_of(ctx, md) if (p.metadata.labels or {}).get(LABEL_ELIGIBLE)
+              and p.status.pod_ip]
+        return ps if len(ps) == n else None
+    result: list[client.V1Pod] = wait_for(f"{n} serving pods of {md}", check, timeout=60)
+    return result
+
+
+async def deploy(ctx: Ctx, name: str, *, engine: str = "vLLM", router: bool = True,
+                 request_seconds: float = 1.0, **kw: Any) -> str | None:
+    api = ctx.bed.api_client()
+    create_md(api, ctx.ns, model_deployment(name, engine=engine,
+                                            router="sglang-gateway" if router else None, **kw))
+    ctx.bed.operator(ctx.ns, request_seconds=request_seconds)
+    await asyncio.to_thread(serving, ctx, name, kw.get("replicas", 2))
+    if not router:
+        return None
+    url = await asyncio.to_thread(ctx.bed.start_sglang_router, ctx.ns, name)
+    return url
+
+
+def scale(ctx: Ctx, name: str, replicas: int) -> None:
+    co = client.CustomObjectsApi(ctx.bed.api_client())
+    md = co.get_namespaced_custom_object(GROUP, VERSION, ctx.ns, PLURAL, name)
+    roles = md["spec"]["roles"]
+    roles[0]["replicas"] = replicas
+    co.patch_namespaced_custom_object(GROUP, VERSION, ctx.ns, PLURAL, name,
+                                      {"spec": {"roles": roles}})
+
+
+async def retire(ctx: Ctx, name: str, ordinal: int, budgets: Budgets = SHORT,
+                 ) -> WorkflowHandle[Any, RetirementState]:
+    req = RetirementRequest(namespace=ctx.ns, deployment=name, role="server", ordinal=ordinal,
+                            budgets=budgets)
+    return await ctx.client.start_workflow(
+        RetirementWorkflow.run, req, id=workflow_id_for(namespace=ctx.ns, deployment=name),
+        task_queue=ctx.queue, result_type=RetirementState,
+        search_attributes=initial_search_attributes(req))
+
+
+def phase_durations(st: RetirementState) -> dict[str, float]:
+    tl = st.phase_timeline
+    return {str(p): round((tl[i + 1][1] - t).total_seconds(), 2)
+            for i, (p, t) in enumerate(tl[:-1])}
+
+
+async def wait_state(handle: WorkflowHandle[Any, RetirementState], phase: Phase,
+                     timeout: float = 60) -> RetirementState:
+    end = time.monotonic() + timeout
+    while True:
+        st: RetirementState = await handle.query(RetirementWorkflow.state)
+        if st.phase is phase:
+            return st
+        if time.monotonic() > end:
+            raise AssertionError(f"{st.phase} {st.reasons}")
+        await asyncio.sleep(0.2)
+
+
+async def finish(handle: WorkflowHandle[Any, RetirementState]) -> None:
+    await handle.cancel()
+    with pytest.raises(Exception):  # noqa: B017 - cancelled: WorkflowFailureError
+        await handle.result()
+
+
+@pytest.mark.parametrize("engine", ["vLLM", "SGLang"])
+async def test_full_retirement_deletes_only_the_retired_replica(ctx: Ctx, engine: str) -> None:
+    name = f"full-{engine.lower()}"
+    router = await deploy(ctx, name, engine=engine)
+    assert router is not None
+    keep = {p.metadata.name: p.metadata.uid for p in pods_of(ctx, name, 0)}
+    victim = pods_of(ctx, name, 1)[0]
+    scale(ctx, name, 1)
+    t0 = time.monotonic()
+    handle = await retire(ctx, name, 1)
+    st = await handle.result()
+    wall = time.monotonic() - t0
+    assert st.outcome is Outcome.COMPLETED, st.reasons
+    assert st.deleted is not None and st.deleted.deleted == [victim.metadata.name]
+    await asyncio.to_thread(wait_for, "victim gone",
+                            lambda: not pods_of(ctx, name, 1), timeout=20)
+    left = {p.metadata.name: p.metadata.uid for p in pods_of(ctx, name, 0)}
+    assert left == keep  # the other replica is untouched
+    assert all((p.metadata.labels or {}).get(LABEL_ELIGIBLE) == "true"
+               for p in pods_of(ctx, name, 0))
+    with httpx.Client(trust_env=False, timeout=5) as http:
+        urls = {w["url"] for w in http.get(router + "/workers").json()["workers"]}
+    assert f"http://{victim.status.pod_ip}:8000" not in urls
+    # status.retirement is cleared (no operation) and each phase left an Event.
+    md = client.CustomObjectsApi(ctx.bed.api_client()).get_namespaced_custom_object(
+        GROUP, VERSION, ctx.ns, PLURAL, name)
+    assert (md.get("status") or {}).get("retirement") is None
+    events = ctx.core.list_namespaced_event(ctx.ns).items
+    reasons = {e.reason for e in events if e.involved_object.name == name}
+    assert {"RetirementDraining", "RetirementDeleting", "RetirementCompleted"} <= reasons
+    history = await handle.fetch_history()
+    TIMINGS[engine] = {**phase_durations(st), "wall": round(wall, 2),
+                       "history_events": len(history.events)}
+    print(f"\n{engine} retirement: {TIMINGS[engine]}")
+
+
+async def test_busy_engine_aborts_at_drain_budget_and_restores(ctx: Ctx) -> None:
+    name = "busy"
+    await deploy(ctx, name, router=False)
+    victim = pods_of(ctx, name, 1)[0]
+    hub = ctx.bed.operators[-1].hub_pod(victim.metadata.uid)
+    ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [3, 1]})
+    budgets = Budgets(overall_s=60, withdrawal_s=20, drain_s=6, settle_s=10,
+                      poll_interval_s=0.5)
+    handle = await ctx.client.start_workflow(
+        RetirementWorkflow.run,
+        RetirementRequest(namespace=ctx.ns, deployment=name, role="server", ordinal=1,
+                          budgets=budgets, routerless_policy="quiet-window", quiet_window_s=1),
+        id=workflow_id_for(namespace=ctx.ns, deployment=name), task_queue=ctx.queue,
+        result_type=RetirementState)
+    st = await wait_state(handle, Phase.ABORTED)
+    st = await wait_for_outcome(handle, Outcome.ABORTED)
+    assert st.history[-1].furthest_phase is Phase.DRAINING
+    assert any("drain budget exhausted" in r for r in st.reasons), st.reasons
+    pod = ctx.core.read_namespaced_pod(victim.metadata.name, ctx.ns)
+    assert pod.metadata.uid == victim.metadata.uid  # nothing deleted
+    assert pod.metadata.labels.get(LABEL_ELIGIBLE) == "true"  # label restored
+    assert "in_flight=4" in " ".join(st.last_readings.values())
+    await finish(handle)
+
+
+async def wait_for_outcome(handle: WorkflowHandle[Any, RetirementState], outcome: Outcome,
+                           timeout: float = 60) -> RetirementState:
+    end = time.monotonic() + timeout
+    while True:
+        st: RetirementState = await handle.query(RetirementWorkflow.state)
+        if st.outcome is outcome:
+            return st
+        if time.monotonic() > end:
+            raise AssertionError(f"{st.outcome} {st.reasons}")
+        await asyncio.sleep(0.2)
+
+
+async def test_port_annotation_not_a_number_is_refused_without_exec(ctx: Ctx) -> None:
+    name = "badport"
+    await deploy(ctx, name, router=False)
+    victim = pods_of(ctx, name, 1)[0]
+    ctx.core.patch_namespaced_pod(victim.metadata.name, ctx.ns,
+                                  {"metadata": {"annotations": {ANNOTATION_PROM_PORT: "80a"}}})
+    handle = await retire(ctx, name, 1)
+    st = await handle.result()
+    assert st.outcome is Outcome.REFUSED
+    assert any("'80a' is not a port number" in r for r in st.reasons), st.reasons
+    pod = ctx.core.read_namespaced_pod(victim.metadata.name, ctx.ns)
+    assert pod.metadata.labels.get(LABEL_ELIGIBLE) == "true"  # nothing was touched
+    assert [p for p, _ in st.phase_timeline] == [Phase.ADMITTED]
+
+
+async def test_replaced_pod_mid_drain_survives(ctx: Ctx) -> None:
+    name = "replaced"
+    await deploy(ctx, name, router=False)
+    victim = pods_of(ctx, name, 1)[0]
+    hub = ctx.bed.operators[-1].hub_pod(victim.metadata.uid)
+    ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [1, 0]})  # hold the drain
+    budgets = Budgets(overall_s=60, withdrawal_s=20, drain_s=30, settle_s=10,
+                      poll_interval_s=0.5)
+    handle = await ctx.client.start_workflow(
+        RetirementWorkflow.run,
+        RetirementRequest(namespace=ctx.ns, deployment=name, role="server", ordinal=1,
+                          budgets=budgets, routerless_policy="quiet-window", quiet_window_s=1),
+        id=workflow_id_for(namespace=ctx.ns, deployment=name), task_queue=ctx.queue,
+        result_type=RetirementState)
+    await wait_state(handle, Phase.DRAINING)
+    # Someone else replaces the Pod: same name, new UID (the stand-in operator recreates it).
+    ctx.core.delete_namespaced_pod(victim.metadata.name, ctx.ns, grace_period_seconds=0)
+
+    def replacement() -> client.V1Pod | None:
+        ps = pods_of(ctx, name, 1)
+        return ps[0] if ps and ps[0].metadata.uid != victim.metadata.uid else None
+
+    new = await asyncio.to_thread(wait_for, "replacement", replacement, timeout=30)
+    st = await wait_for_outcome(handle, Outcome.ABORTED)
+    assert any("replaced" in r or "gone" in r for r in st.reasons), st.reasons
+    await asyncio.sleep(1)
+    now = pods_of(ctx, name, 1)
+    assert [p.metadata.uid for p in now] == [new.metadata.uid]  # the replacement survives
+    await finish(handle)
+
+
+async def test_container_restart_mid_drain_reads_unknown_then_aborts(ctx: Ctx) -> None:
+    name = "restart"
+    await deploy(ctx, name, router=False)
+    victim = pods_of(ctx, name, 1)[0]
+    hub = ctx.bed.operators[-1].hub_pod(victim.metadata.uid)
+    ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [1, 0]})
+    budgets = Budgets(overall_s=60, withdrawal_s=20, drain_s=8, settle_s=10,
+                      poll_interval_s=0.5)
+    handle = await ctx.client.start_workflow(
+        RetirementWorkflow.run,
+        RetirementRequest(namespace=ctx.ns, deployment=name, role="server", ordinal=1,
+                          budgets=budgets, routerless_policy="quiet-window", quiet_window_s=1),
+        id=workflow_id_for(namespace=ctx.ns, deployment=name), task_queue=ctx.queue,
+        result_type=RetirementState)
+    await wait_state(handle, Phase.DRAINING)
+    # The container restarts: the engine comes back idle, with a new container ID.
+    ctx.bed.hub_call("POST", f"/pods/{hub}/restart")
+    main = next(s for s in victim.status.container_statuses if s.name == "main")
+    ctx.core.patch_namespaced_pod_status(victim.metadata.name, ctx.ns, {"status": {
+        "containerStatuses": [{"name": "main", "image": main.image, "imageID": "",
+                               "ready": True, "restartCount": 1,
+                               "containerID": main.container_id + "-r1",
+                               "state": {"running": {}}}]}})
+    st = await wait_for_outcome(handle, Outcome.ABORTED)
+    assert any("restarted" in v for v in st.last_readings.values()), st.last_readings
+    pod = ctx.core.read_namespaced_pod(victim.metadata.name, ctx.ns)
+    assert pod.metadata.uid == victim.metadata.uid
+    await finish(handle)
+
+
+async def test_stale_gauges_cause_no_premature_delete(ctx: Ctx) -> None:
+    """Gauges stuck non-zero after a mass abort: the drain holds until they read 0."""
+    name = "trap-stale"
+    await deploy(ctx, name, router=False, request_seconds=2.0)
+    victim = pods_of(ctx, name, 1)[0]
+    hub = ctx.bed.operators[-1].hub_pod(victim.metadata.uid)
+    ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [2, 0]})
+    handle = await ctx.client.start_workflow(
+        RetirementWorkflow.run,
+        RetirementRequest(namespace=ctx.ns, deployment=name, role="server", ordinal=1,
+                          budgets=SHORT, routerless_policy="quiet-window", quiet_window_s=0.5),
+        id=workflow_id_for(namespace=ctx.ns, deployment=name), task_queue=ctx.queue,
+        result_type=RetirementState)
+    await wait_state(handle, Phase.DRAINING)
+    await asyncio.sleep(3.0)
+    held: RetirementState = await handle.query(RetirementWorkflow.state)
+    assert held.phase is Phase.DRAINING  # still held by the stale gauges
+    cleared = time.time()
+    ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"clear": True})
+    st = await handle.result()
+    assert st.outcome is Outcome.COMPLETED, st.reasons
+    deleting = next(t for p, t in st.phase_timeline if p is Phase.DELETING)
+    assert deleting.timestamp() >= cleared
+
+
+async def test_frontend_request_is_caught_by_the_counter_check(ctx: Ctx) -> None:
+    """A vLLM request still in the HTTP front end reads as idle gauges; when it reaches the
+    scheduler and finishes between the two idle reads, the moved counters stop the drain
+    from verifying on that pair, and a third read is needed.
+
+    The guarantee is for front-end delays shorter than the spacing of the reads (the poll
+    interval): a request that hides longer than that is invisible to every metric.
+    """
+    name = "trap-frontend"
+    await deploy(ctx, name, router=False, request_seconds=0.1)
+    victim = pods_of(ctx, name, 1)[0]
+    hub = ctx.bed.operators[-1].hub_pod(victim.metadata.uid)
+    budgets = Budgets(overall_s=90, withdrawal_s=30, drain_s=40, settle_s=20,
+                      poll_interval_s=4.0)
+    handle = await ctx.client.start_workflow(
+        RetirementWorkflow.run,
+        RetirementRequest(namespace=ctx.ns, deployment=name, role="server", ordinal=1,
+                          budgets=budgets, routerless_policy="quiet-window",
+                          quiet_window_s=0.1),
+        id=workflow_id_for(namespace=ctx.ns, deployment=name), task_queue=ctx.queue,
+        result_type=RetirementState)
+    await wait_state(handle, Phase.DRAINING)
+    # Sent after the drain's first read began: hidden in the front end for 2.5 s, then it
+    # runs 0.1 s and finishes, all before the second read (4 s after the first).
+    ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"frontend_hidden": 2.5})
+    status, finished_at = await asyncio.to_thread(_one_request, victim.status.pod_ip)
+    st = await handle.result()
+    assert status == 200
+    assert st.outcome is Outcome.COMPLETED, st.reasons
+    drain = next(r for r in st.reasons if r.startswith("drain: VERIFIED"))
+    assert "after 3 poll(s)" in drain, drain  # the r1/r2 pair was refused: counters moved
+    deleting = next(t for p, t in st.phase_timeline if p is Phase.DELETING)
+    assert deleting.timestamp() > finished_at
+
+
+def _one_request(ip: str) -> tuple[int, float]:
+    with httpx.Client(trust_env=False, timeout=30) as http:
+        try:
+            r = http.post(f"http://{ip}:8000/v1/completions",
+                          json={"model": "m", "prompt": "p", "max_tokens": 16})
+        except httpx.HTTPError:
+            return 0, time.time()
+        return r.status_code, time.time()
