@@ -127,6 +127,8 @@ class RetirementWorkflow:
         self._restored: RestoreResult | None = None
         self._history = list(request.history)
         self._timeline: list[tuple[Phase, datetime]] = []
+        #: A cancellation that arrived while a shielded activity ran: acted on afterwards.
+        self._cancelled = False
 
     # ----------------------------------------------------------------- handlers
 
@@ -221,6 +223,12 @@ class RetirementWorkflow:
         except asyncio.CancelledError:
             await self._on_cancelled()
             raise
+        if self._cancelled and self._outcome in (Outcome.ABORTED, Outcome.RUNNING):
+            # Cancelled while a shielded step ran: it aborted (and restored) meanwhile.
+            self._outcome = Outcome.CANCELLED
+            await self._upsert()
+            await self._publish(clear=True)
+            raise asyncio.CancelledError("workflow cancelled")
         if self._outcome is not Outcome.ABORTED:
             return self.state()
         # Held: no timer, so history does not grow however long the hold lasts.
@@ -530,14 +538,17 @@ class RetirementWorkflow:
             # Publishing is a mirror for kubectl users; the workflow is the truth.
             self._reasons.append(f"publish failed: {e.cause or e}")
 
-    @staticmethod
-    async def _shielded(awaitable: Any) -> Any:
-        """Await an activity to its end even if the workflow is cancelled meanwhile."""
+    async def _shielded(self, awaitable: Any) -> Any:
+        """Await an activity to its end even if the workflow is cancelled meanwhile; the
+        cancellation is remembered (an abort before the point of no return)."""
         task = asyncio.ensure_future(awaitable)
         while True:
             try:
                 return await asyncio.shield(task)
             except asyncio.CancelledError:
+                self._cancelled = True
+                if self._abort is None and abortable(self._phase):
+                    self._abort = "workflow cancelled"
                 if task.done():
                     return task.result()
                 continue

@@ -162,9 +162,9 @@ async def test_full_retirement_deletes_only_the_retired_replica(ctx: Ctx, engine
     events = ctx.core.list_namespaced_event(ctx.ns).items
     reasons = {e.reason for e in events if e.involved_object.name == name}
     assert {"RetirementDraining", "RetirementDeleting", "RetirementCompleted"} <= reasons
-    history = await handle.fetch_history()
+    events, executions = await history_cost(handle)
     TIMINGS[engine] = {**phase_durations(st), "wall": round(wall, 2),
-                       "history_events": len(history.events)}
+                       "history_events": events, "executions": executions}
     print(f"\n{engine} retirement: {TIMINGS[engine]}")
 
 
@@ -304,6 +304,19 @@ async def test_stale_gauges_cause_no_premature_delete(ctx: Ctx) -> None:
     assert st.outcome is Outcome.COMPLETED, st.reasons
     deleting = next(t for p, t in st.phase_timeline if p is Phase.DELETING)
     assert deleting.timestamp() >= cleared
+    # Cost stays small however long a phase polls: one activity per phase, no timers.
+    events, executions = await history_cost(handle)
+    print(f"\nheld drain: {events} history events, {executions} activity+timer executions")
+    assert events <= 300 and executions <= 30
+
+
+async def history_cost(handle: WorkflowHandle[Any, RetirementState]) -> tuple[int, int]:
+    """History length and the number of activity and timer executions of a run."""
+    from temporalio.api.enums.v1 import EventType
+
+    history = await handle.fetch_history()
+    kinds = (EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, EventType.EVENT_TYPE_TIMER_STARTED)
+    return len(history.events), sum(1 for e in history.events if e.event_type in kinds)
 
 
 async def test_frontend_request_is_caught_by_the_counter_check(ctx: Ctx) -> None:

@@ -107,6 +107,9 @@ class FakeWorld:
     @activity.defn(name="restore")
     async def restore(self, inp: PhaseInput) -> RestoreResult:
         self.calls.append("restore")
+        self.started_event("restore").set()
+        if self.behaviour.get("restore") == "hang":
+            await asyncio.sleep(1.0)  # long enough for a test to cancel meanwhile
         return RestoreResult(restored=[m.pod for m in inp.target.members])
 
     @activity.defn(name="publish")

@@ -218,6 +218,23 @@ async def test_abort_before_deleting(
     await record(handle)
 
 
+async def test_cancel_during_the_restore_still_ends_cancelled(
+    world_worker: tuple[Client, FakeWorld, str],
+) -> None:
+    """A cancellation that arrives while a shielded step (the restore) runs is not lost."""
+    client, world, queue = world_worker
+    world.behaviour["drain"] = "failed"
+    world.behaviour["restore"] = "hang"
+    handle = await start(client, queue, request())
+    await asyncio.wait_for(world.started_event("restore").wait(), 10)
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError):
+        await asyncio.wait_for(handle.result(), 20)
+    desc = await handle.describe()
+    assert desc.status is WorkflowExecutionStatus.CANCELED
+    assert "delete" not in world.calls and world.published[-1].clear
+
+
 async def test_abort_refused_once_deleting_began(
     world_worker: tuple[Client, FakeWorld, str],
 ) -> None:
