@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+# Imported at start-up on purpose: CPython 3.11.7 can fail ("AST constructor recursion depth
+# mismatch") when hypothesis's plugin first imports it at session end, after worker threads
+# have run; importing it here makes that later import a no-op.
+import hypothesis  # noqa: F401
 import pytest
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest

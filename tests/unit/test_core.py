@@ -40,9 +40,7 @@ def test_unknown_never_advances_and_failed_aborts_only_before_deleting(
     phase: Phase, verdict: Verdict
 ) -> None:
     after = advance(phase, verdict)
-    if phase in (Phase.COMPLETED, Phase.ABORTED):
-        assert after is phase
-    elif verdict is Verdict.UNKNOWN:
+    if phase in (Phase.COMPLETED, Phase.ABORTED) or verdict is Verdict.UNKNOWN:
         assert after is phase
     elif verdict is Verdict.FAILED:
         assert after is (Phase.ABORTED if abortable(phase) else phase)

@@ -1,0 +1,1 @@
+"""``retire``: the operator's command line for retirements (status, abort, retry, start)."""

@@ -1,0 +1,166 @@
+"""``retire`` — watch, abort and retry retirements from a terminal.
+
+    retire status NAMESPACE/DEPLOYMENT            the workflow's whole state (query)
+    retire abort  NAMESPACE/DEPLOYMENT --reason R  abort (an Update; --signal to signal)
+    retire retry  NAMESPACE/DEPLOYMENT --token T   retry a held retirement
+    retire cancel-intent NAMESPACE/DEPLOYMENT      the ordinal was re-declared
+    retire start  NAMESPACE/DEPLOYMENT --role R --ordinal N   start one by hand
+
+Bad arguments exit 2 with the reason; a refused update exits 1 with the server's message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import sys
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio.client import (
+    Client,
+    RPCError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from retirement.budgets import Budgets
+from retirement.models import (
+    AbortRequest,
+    CancelIntent,
+    RetirementRequest,
+    RetirementState,
+    RetryRequest,
+    workflow_id_for,
+)
+from workflows.retirement import RetirementWorkflow, initial_search_attributes
+
+REF = re.compile(r"^(?P<ns>[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)/(?P<md>[a-z0-9]([-a-z0-9.]{0,251}"
+                 r"[a-z0-9])?)$")
+
+
+class UsageError(Exception):
+    """Bad command-line input."""
+
+
+def parse_ref(ref: str) -> tuple[str, str]:
+    """``namespace/deployment`` → (namespace, deployment); UsageError when malformed."""
+    m = REF.match(ref)
+    if m is None:
+        raise UsageError(f"{ref!r} is not NAMESPACE/DEPLOYMENT (lower-case DNS names)")
+    return m.group("ns"), m.group("md")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The argument parser."""
+    env = os.environ
+    p = argparse.ArgumentParser(prog="retire", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--address", default=env.get("RETIRE_TEMPORAL_ADDRESS", "127.0.0.1:7233"))
+    p.add_argument("--namespace", default=env.get("RETIRE_TEMPORAL_NAMESPACE", "default"),
+                   help="Temporal namespace")
+    p.add_argument("--task-queue", default=env.get("RETIRE_TASK_QUEUE", "retirement"))
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("status")
+    s.add_argument("ref")
+    a = sub.add_parser("abort")
+    a.add_argument("ref")
+    a.add_argument("--reason", required=True)
+    a.add_argument("--signal", action="store_true", help="send a signal instead of an update")
+    r = sub.add_parser("retry")
+    r.add_argument("ref")
+    r.add_argument("--token", required=True)
+    r.add_argument("--signal", action="store_true")
+    c = sub.add_parser("cancel-intent")
+    c.add_argument("ref")
+    c.add_argument("--reason", default="the spec re-declares the ordinal")
+    st = sub.add_parser("start")
+    st.add_argument("ref")
+    st.add_argument("--role", required=True)
+    st.add_argument("--ordinal", required=True, type=int)
+    st.add_argument("--budgets", default="{}",
+                    help='JSON, e.g. {"overall_s": 300, "drain_s": 240}')
+    st.add_argument("--routerless-policy", default="hold", choices=["hold", "quiet-window"])
+    return p
+
+
+def _validated(build: Any) -> Any:
+    try:
+        return build()
+    except (ValidationError, ValueError) as e:
+        raise UsageError(str(e).splitlines()[-1] if isinstance(e, ValidationError)
+                         else str(e)) from e
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Execute one command; returns the exit code."""
+    ns, md = parse_ref(args.ref)
+    wid = workflow_id_for(namespace=ns, deployment=md)
+    if args.command == "abort":
+        abort_req = _validated(lambda: AbortRequest(reason=args.reason))
+    elif args.command == "retry":
+        retry_req = _validated(lambda: RetryRequest(token=args.token))
+    elif args.command == "start":
+        start_req = _validated(lambda: RetirementRequest(
+            namespace=ns, deployment=md, role=args.role, ordinal=args.ordinal,
+            budgets=Budgets.model_validate(json.loads(args.budgets)),
+            routerless_policy=args.routerless_policy))
+    client = await Client.connect(args.address, namespace=args.namespace,
+                                  data_converter=pydantic_data_converter)
+    handle = client.get_workflow_handle(wid, result_type=RetirementState)
+    try:
+        if args.command == "status":
+            st: RetirementState = await handle.query(RetirementWorkflow.state)
+            print(st.model_dump_json(indent=2))
+        elif args.command == "abort":
+            if args.signal:
+                await handle.signal(RetirementWorkflow.abort_signal, abort_req)
+                print(f"abort signalled to {wid}")
+            else:
+                print(await handle.execute_update(RetirementWorkflow.abort, abort_req))
+        elif args.command == "retry":
+            if args.signal:
+                await handle.signal(RetirementWorkflow.retry_signal, retry_req)
+                print(f"retry signalled to {wid}")
+            else:
+                res = await handle.execute_update(RetirementWorkflow.retry, retry_req)
+                print(f"{res.decision}: {res.message}")
+        elif args.command == "cancel-intent":
+            await handle.signal(RetirementWorkflow.cancel_intent, CancelIntent(reason=args.reason))
+            print(f"cancel-intent signalled to {wid}")
+        elif args.command == "start":
+            await client.start_workflow(
+                RetirementWorkflow.run, start_req, id=wid, task_queue=args.task_queue,
+                search_attributes=initial_search_attributes(start_req))
+            print(f"started {wid}")
+    except WorkflowUpdateFailedError as e:
+        print(f"retire: refused: {e.cause}", file=sys.stderr)
+        return 1
+    except WorkflowAlreadyStartedError:
+        print(f"retire: a retirement of {ns}/{md} is already running ({wid})", file=sys.stderr)
+        return 1
+    except RPCError as e:
+        print(f"retire: {e.status.name}: {e.message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    args = parser().parse_args(argv)
+    try:
+        return asyncio.run(run(args))
+    except UsageError as e:
+        print(f"retire: {e}", file=sys.stderr)
+        return 2
+    except (OSError, RuntimeError) as e:
+        print(f"retire: cannot reach Temporal at {args.address}: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,125 @@
+"""Operating a retirement on the real dev server: abort and retry through the project's CLI
+and through the real ``temporal`` CLI (update and signal), query, and search attributes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from cli.main import main as retire_cli
+from retirement.models import RetirementRequest, RetirementState, workflow_id_for
+from retirement.phases import Outcome, Phase
+from testbed.paths import venv_bin
+from tests.workflows.fakes import FakeWorld
+from workflows.retirement import RetirementWorkflow, initial_search_attributes
+
+pytestmark = [pytest.mark.devserver, pytest.mark.asyncio(loop_scope="session")]
+
+
+@pytest.fixture
+async def running(dev_env: WorkflowEnvironment) -> AsyncIterator[tuple[Client, FakeWorld, str]]:
+    world = FakeWorld()
+    queue = f"tq-{uuid.uuid4().hex[:8]}"
+    async with Worker(dev_env.client, task_queue=queue, workflows=[RetirementWorkflow],
+                      activities=world.activities()):
+        yield dev_env.client, world, queue
+
+
+async def start(client: Client, queue: str, **kw: Any) -> WorkflowHandle[Any, RetirementState]:
+    req = RetirementRequest(namespace="ops", deployment=f"md-{uuid.uuid4().hex[:6]}",
+                            role="server", ordinal=1, **kw)
+    return await client.start_workflow(
+        RetirementWorkflow.run, req, id=workflow_id_for(namespace="ops",
+                                                        deployment=req.deployment),
+        task_queue=queue, result_type=RetirementState,
+        search_attributes=initial_search_attributes(req))
+
+
+async def until(handle: WorkflowHandle[Any, RetirementState], phase: Phase,
+                outcome: Outcome | None = None) -> RetirementState:
+    for _ in range(200):
+        st: RetirementState = await handle.query(RetirementWorkflow.state)
+        if st.phase is phase and (outcome is None or st.outcome is outcome):
+            return st
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{st.phase} {st.outcome}")
+
+
+async def temporal(dev_env: WorkflowEnvironment, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the real ``temporal`` CLI (off the event loop: the worker shares it)."""
+    target = dev_env.client.service_client.config.target_host
+    return await asyncio.to_thread(
+        subprocess.run, [str(venv_bin("temporal")), *args, "--address", target],
+        capture_output=True, text=True, timeout=30)
+
+
+def cli(dev_env: WorkflowEnvironment, *args: str) -> int:
+    target = dev_env.client.service_client.config.target_host
+    return retire_cli(["--address", target, *args])
+
+
+async def test_abort_and_retry_with_the_temporal_cli(
+    dev_env: WorkflowEnvironment, running: tuple[Client, FakeWorld, str],
+) -> None:
+    client, world, queue = running
+    world.behaviour["drain"] = "hang"
+    handle = await start(client, queue)
+    await asyncio.wait_for(world.started_event("drain").wait(), 10)
+    # A bad abort is rejected by the validator and leaves no trace.
+    bad = await temporal(dev_env, "workflow", "update", "execute", "--workflow-id", handle.id,
+                   "--name", "abort", "--input", json.dumps({"reason": ""}))
+    assert bad.returncode != 0 and "validation error for AbortRequest" in bad.stderr
+    # The real CLI's update aborts.
+    ok = await temporal(dev_env, "workflow", "update", "execute", "--workflow-id", handle.id,
+                  "--name", "abort", "--input", json.dumps({"reason": "on-call via temporal"}))
+    assert ok.returncode == 0, ok.stderr
+    st = await until(handle, Phase.ABORTED, Outcome.ABORTED)
+    assert st.reasons.count("abort requested: on-call via temporal") == 1
+    # A retry token by signal starts a fresh attempt (continue-as-new).
+    world.behaviour["drain"] = "verified"
+    sig = await temporal(dev_env, "workflow", "signal", "--workflow-id", handle.id,
+                   "--name", "retry", "--input", json.dumps({"token": "tok-1"}))
+    assert sig.returncode == 0, sig.stderr
+    final: RetirementState = await client.get_workflow_handle(
+        handle.id, result_type=RetirementState).result()
+    assert final.outcome is Outcome.COMPLETED and final.attempt == 2
+    # The UI's list filters by the typed search attributes.
+    await asyncio.sleep(1.5)  # visibility is eventually consistent
+    found = [w.id async for w in client.list_workflows(
+        f"RetirementOutcome = 'Completed' AND RetirementDeployment = 'ops/{handle.id.split('/')[-1]}'")]
+    assert handle.id in found
+
+
+async def test_abort_and_retry_with_the_project_cli(
+    dev_env: WorkflowEnvironment, running: tuple[Client, FakeWorld, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    client, world, queue = running
+    world.behaviour["withdraw"] = "hang"
+    handle = await start(client, queue, last_consumed_retry_token="old")
+    await asyncio.wait_for(world.started_event("withdraw").wait(), 10)
+    ref = handle.id.removeprefix("retirement/")
+    assert await asyncio.to_thread(cli, dev_env, "abort", "not a ref", "--reason", "x") == 2
+    assert await asyncio.to_thread(cli, dev_env, "retry", ref, "--token", "bad token") == 2
+    assert await asyncio.to_thread(cli, dev_env, "abort", ref, "--reason", "on-call") == 0
+    await until(handle, Phase.ABORTED, Outcome.ABORTED)
+    # Abort again: refused by the validator, exit 1 with the server's message.
+    assert await asyncio.to_thread(cli, dev_env, "abort", ref, "--reason", "again") == 1
+    assert "nothing to abort" in capsys.readouterr().err
+    # The last consumed token is a replay: ignored.
+    assert await asyncio.to_thread(cli, dev_env, "retry", ref, "--token", "old") == 0
+    assert "Replay" in capsys.readouterr().out
+    st: RetirementState = await handle.query(RetirementWorkflow.state)
+    assert st.phase is Phase.ABORTED and st.attempt == 1
+    assert await asyncio.to_thread(cli, dev_env, "status", ref) == 0
+    assert '"phase": "Aborted"' in capsys.readouterr().out
+    await handle.cancel()
