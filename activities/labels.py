@@ -54,7 +54,7 @@ def disqualify(kube: Kube, target: Target) -> Observation:
         else:
             readings[m.pod] = "label already absent"
     return Observation(verdict=Verdict.VERIFIED, reason="eligibility label gone from all "
-                       "members", readings=readings)
+                       "members", readings=readings, polls=1)
 
 
 def _ready(pod: client.V1Pod) -> str:

@@ -32,7 +32,7 @@ from testbed.paths import (
     missing_binaries,
 )
 from testbed.pki import Pki, make_pki
-from testbed.procs import Child, free_port, port_open, wait_until
+from testbed.procs import Child, free_port, port_open, reap_strays, wait_until
 
 ADMIN_TOKEN = "bed-admin-token"
 NODE_NAME = "kwok-node-0"
@@ -81,6 +81,7 @@ class ControlPlane:
                 + ", ".join(map(str, missing))
             )
         t0 = time.monotonic()
+        reap_strays()  # what a killed earlier run left running
         shutil.rmtree(self.state_dir, ignore_errors=True)  # every bed starts empty
         self.state_dir.mkdir(parents=True, exist_ok=True)
         netns.create(self.net)

@@ -13,11 +13,14 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 _LIVE: list[Child] = []
+#: One file per live child, so a later run can reap what a killed run left behind.
+PID_DIR = Path(__file__).resolve().parent.parent / ".bed" / "pids"
 
 
 class Child:
@@ -47,6 +50,8 @@ class Child:
             start_new_session=True,
         )
         _LIVE.append(self)
+        PID_DIR.mkdir(parents=True, exist_ok=True)
+        (PID_DIR / str(self.proc.pid)).write_text(self.name)
 
     @property
     def pid(self) -> int:
@@ -79,18 +84,40 @@ class Child:
         # Children of the child (same group) that outlived it.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
+        self._forget()
+
+    def _forget(self) -> None:
         self._log.close()
         if self in _LIVE:
             _LIVE.remove(self)
+        (PID_DIR / str(self.proc.pid)).unlink(missing_ok=True)
 
     def kill(self) -> None:
         """SIGKILL the child's whole process group at once (a crash, for fault tests)."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=10)
-        self._log.close()
-        if self in _LIVE:
-            _LIVE.remove(self)
+        self._forget()
+
+
+def reap_strays() -> list[str]:
+    """Kill the process groups a killed earlier run left behind; returns their names."""
+    reaped: list[str] = []
+    if not PID_DIR.is_dir():
+        return reaped
+    for f in PID_DIR.iterdir():
+        if not f.name.isdigit() or any(c.pid == int(f.name) for c in _LIVE):
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(int(f.name), signal.SIGKILL)
+            reaped.append(f.read_text())
+        f.unlink(missing_ok=True)
+    return reaped
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM a normal exit, so finalizers and atexit stop the children."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
 
 def wait_until(

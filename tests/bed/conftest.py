@@ -13,11 +13,13 @@ from kubernetes import client
 from retirement.names import GROUP, PLURAL, VERSION
 from testbed.bed import Bed
 from testbed.paths import REPO_ROOT
+from testbed.procs import exit_on_sigterm
 
 
 @pytest.fixture(scope="session")
 def bed() -> Iterator[Bed]:
     """A running bed: etcd, kube-apiserver, kube-controller-manager, kwok, emulator hub."""
+    exit_on_sigterm()  # a CI timeout's SIGTERM still stops the bed
     b = Bed(state_dir=REPO_ROOT / ".bed" / "test")
     try:
         b.start()

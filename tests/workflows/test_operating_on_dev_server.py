@@ -94,8 +94,9 @@ async def test_abort_and_retry_with_the_temporal_cli(
     assert final.outcome is Outcome.COMPLETED and final.attempt == 2
     # The UI's list filters by the typed search attributes.
     await asyncio.sleep(1.5)  # visibility is eventually consistent
-    found = [w.id async for w in client.list_workflows(
-        f"RetirementOutcome = 'Completed' AND RetirementDeployment = 'ops/{handle.id.split('/')[-1]}'")]
+    deployment = handle.id.split("/")[-1]
+    query = f"RetirementOutcome = 'Completed' AND RetirementDeployment = 'ops/{deployment}'"
+    found = [w.id async for w in client.list_workflows(query)]
     assert handle.id in found
 
 

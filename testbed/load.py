@@ -1,0 +1,69 @@
+"""A steady, bounded load of completion requests through a router (test/demo support).
+
+``Load(url, streams=N).start()`` runs N threads, each sending one request after another
+(each lasting what the emulator's ``emulate_seconds`` says) until ``stop()`` or its time
+bound; every request is counted as ok or failed, with the failure's kind.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import httpx
+
+
+@dataclass
+class Load:
+    """N request streams against one router."""
+
+    url: str
+    streams: int = 20
+    min_s: float = 1.0
+    max_s: float = 5.0
+    max_duration_s: float = 600.0  # it stops by itself
+    ok: int = 0
+    failed: int = 0
+    failures: Counter[str] = field(default_factory=Counter)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> Load:
+        """Start the streams."""
+        deadline = time.monotonic() + self.max_duration_s
+        for i in range(self.streams):
+            t = threading.Thread(target=self._stream, args=(i, deadline), daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def stop(self) -> tuple[int, int]:
+        """Stop after the requests in flight finish; returns (ok, failed)."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=self.max_s + 15)
+        return self.ok, self.failed
+
+    def _stream(self, i: int, deadline: float) -> None:
+        rng = random.Random(i)
+        with httpx.Client(trust_env=False, timeout=self.max_s + 10) as http:
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                seconds = rng.uniform(self.min_s, self.max_s)
+                try:
+                    r = http.post(f"{self.url}/v1/completions", json={
+                        "model": "emulated", "prompt": f"stream {i}", "max_tokens": 32,
+                        "emulate_seconds": round(seconds, 2)})
+                    good = r.status_code == 200 and "choices" in r.json()
+                    kind = "" if good else f"HTTP {r.status_code}"
+                except (httpx.HTTPError, ValueError) as e:
+                    good, kind = False, type(e).__name__
+                with self._lock:
+                    if good:
+                        self.ok += 1
+                    else:
+                        self.failed += 1
+                        self.failures[kind] += 1
