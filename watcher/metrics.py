@@ -1,0 +1,70 @@
+"""The watcher's Prometheus metrics (its own registry) and its health endpoint."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+
+@dataclass
+class WatcherMetrics:
+    """Intents seen, started, refused by reason, pending; watch restarts; pass duration."""
+
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.intents_seen = Counter("retire_watcher_intents_seen", "Intents derived", registry=r)
+        self.started = Counter("retire_watcher_retirements_started", "Retirements started",
+                               registry=r)
+        self.refused = Counter("retire_watcher_starts_refused", "Starts refused",
+                               ["reason"], registry=r)
+        self.pending = Gauge("retire_watcher_intents_pending", "Intents waiting their turn",
+                             ["deployment"], registry=r)
+        self.watch_restarts = Counter("retire_watcher_watch_restarts", "Watch restarts",
+                                      ["resource"], registry=r)
+        self.labels_set = Counter("retire_watcher_eligibility_changes",
+                                  "Eligibility label changes", ["value"], registry=r)
+        self.reconcile_seconds = Histogram("retire_watcher_reconcile_seconds",
+                                           "Duration of one reconcile pass", registry=r)
+        self.leader = Gauge("retire_watcher_is_leader", "1 while this watcher leads",
+                            registry=r)
+
+
+@dataclass
+class Health:
+    """Liveness and readiness, set by the watcher's loops."""
+
+    alive: bool = True
+    ready: bool = False
+
+
+def serve_health(metrics: WatcherMetrics, health: Health, *, host: str,
+                 port: int) -> ThreadingHTTPServer:
+    """Serve ``/healthz``, ``/readyz`` and ``/metrics`` in a daemon thread."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/metrics":
+                body, code = generate_latest(metrics.registry), 200
+            elif self.path == "/healthz":
+                body, code = b"ok\n" if health.alive else b"dead\n", 200 if health.alive else 500
+            elif self.path == "/readyz":
+                body, code = (b"ready\n", 200) if health.ready else (b"not ready\n", 503)
+            else:
+                body, code = b"not found\n", 404
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
+    return server
