@@ -19,6 +19,7 @@ import threading
 import uuid
 from typing import Any
 
+from kubernetes import config as kconfig
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
 from kubernetes.leaderelection import electionconfig, leaderelection
@@ -149,17 +150,16 @@ def main(argv: list[str] | None = None) -> int:
         lead()
         return 0
     health.ready = True  # a standby is ready: it serves by waiting
+    # The Lease lock talks through the client's default configuration: load it first.
+    if a.kubeconfig:
+        kconfig.load_kube_config(config_file=a.kubeconfig)
+    else:
+        kconfig.load_incluster_config()
     lock = LeaseLock(a.lease_name, a.lease_namespace, a.identity)
     cfg = electionconfig.Config(
         lock, lease_duration=a.lease_seconds, renew_deadline=max(2, a.lease_seconds * 2 // 3),
         retry_period=max(1, a.lease_seconds // 5), onstarted_leading=lead,
         onstopped_leading=lambda: os._exit(1))  # lost the lease: exit, a standby takes over
-    import kubernetes.config as kconfig
-
-    if a.kubeconfig:
-        kconfig.load_kube_config(config_file=a.kubeconfig)
-    else:
-        kconfig.load_incluster_config()
     threading.Thread(target=leaderelection.LeaderElection(cfg).run, daemon=True).start()
     stop.wait()
     return 0

@@ -1,0 +1,262 @@
+"""The watcher on the real bed: scale-downs become retirements one at a time, scale-ups
+cancel them, retry annotations are delivered, and it survives SIGKILL and failover."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from kubernetes import client
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from activities import Kube
+from retirement.models import RetirementState, workflow_id_for
+from retirement.names import ANNOTATION_RETRY, GROUP, LABEL_ELIGIBLE, PLURAL, VERSION
+from retirement.phases import Outcome, Phase
+from testbed.bed import Bed, wait_for
+from testbed.procs import Child
+from tests.bed.conftest import create_md, model_deployment
+from tests.bed.test_retirement_on_bed import Ctx, pods_of, scale, serving
+from worker.__main__ import build_worker
+from workflows.retirement import RetirementWorkflow
+
+pytestmark = [pytest.mark.bed, pytest.mark.asyncio(loop_scope="session")]
+
+BUDGETS = ('{"overall_s": 60, "withdrawal_s": 15, "drain_s": 8, "settle_s": 15, '
+           '"poll_interval_s": 0.5}')
+
+
+@dataclass
+class WatchCtx(Ctx):
+    target: str = ""
+    watchers: list[Child] = field(default_factory=list)
+
+    def watcher(self, *extra: str, name: str = "watcher") -> Child:
+        child = Child(
+            name=name,
+            argv=[sys.executable, "-m", "watcher", "--kubeconfig", str(self.bed.cp.kubeconfig),
+                  "--address", self.target, "--task-queue", self.queue,
+                  "--watch-namespace", self.ns, "--resync", "1", "--budgets", BUDGETS,
+                  "--routerless-policy", "quiet-window", "--quiet-window", "0.5", *extra],
+            log_path=self.bed.state_dir / "logs" / f"{name}-{self.ns}.log")
+        self.watchers.append(child)
+        return child
+
+
+@pytest.fixture
+async def wctx(bed: Bed, dev_env: WorkflowEnvironment, namespace: str,
+               ) -> AsyncIterator[WatchCtx]:
+    queue = f"retire-{uuid.uuid4().hex[:8]}"
+    kube = Kube.from_config(kubeconfig=str(bed.cp.kubeconfig))
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        async with build_worker(dev_env.client, task_queue=queue, kube=kube, executor=pool):
+            ctx = WatchCtx(bed=bed, client=dev_env.client, queue=queue,
+                           core=client.CoreV1Api(bed.api_client()), ns=namespace,
+                           target=dev_env.client.service_client.config.target_host)
+            try:
+                yield ctx
+            finally:
+                for w in ctx.watchers:
+                    w.stop(timeout=5)
+
+
+async def eventually(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
+    return await asyncio.to_thread(wait_for, what, check, timeout=timeout, interval=0.3)
+
+
+async def runs(client_: Client, wid: str) -> list[Any]:
+    return [w async for w in client_.list_workflows(f"WorkflowId = '{wid}'")]
+
+
+async def state(ctx: Ctx, name: str) -> RetirementState:
+    h = ctx.client.get_workflow_handle(workflow_id_for(namespace=ctx.ns, deployment=name))
+    st: RetirementState = await h.query(RetirementWorkflow.state)
+    return st
+
+
+async def test_scale_3_to_1_retires_two_replicas_one_after_the_other(wctx: WatchCtx) -> None:
+    name = "three"
+    create_md(wctx.bed.api_client(), wctx.ns, model_deployment(name, replicas=3))
+    wctx.bed.operator(wctx.ns)
+    await asyncio.to_thread(serving, wctx, name, 3)
+    wctx.watcher()
+    scale(wctx, name, 1)
+    await eventually("only ordinal 0 left", lambda: [
+        p.metadata.labels["modeldeployment.gpustack.ai/pod-ordinal"]
+        for p in pods_of(wctx, name)] == ["0"], timeout=90)
+    wid = workflow_id_for(namespace=wctx.ns, deployment=name)
+
+    async def two_closed() -> list[Any]:
+        rs = await runs(wctx.client, wid)
+        return rs if len(rs) == 2 and all(r.close_time for r in rs) else []
+
+    for _ in range(40):
+        rs = await two_closed()
+        if rs:
+            break
+        await asyncio.sleep(0.5)
+    assert len(rs) == 2
+    first, second = sorted(rs, key=lambda r: r.start_time)
+    assert second.start_time >= first.close_time  # strictly one after the other
+    ordinals = []
+    for r in (first, second):
+        st: RetirementState = await wctx.client.get_workflow_handle(
+            wid, run_id=r.run_id, result_type=RetirementState).result()
+        assert st.outcome is Outcome.COMPLETED, st.reasons
+        ordinals.append(st.request.ordinal)
+    assert ordinals == [2, 1]  # the highest first
+    assert pods_of(wctx, name)[0].metadata.labels.get(LABEL_ELIGIBLE) == "true"
+
+
+async def test_scale_back_up_mid_drain_retains_capacity(wctx: WatchCtx) -> None:
+    name = "bounce"
+    create_md(wctx.bed.api_client(), wctx.ns, model_deployment(name, replicas=2))
+    op = wctx.bed.operator(wctx.ns)
+    await asyncio.to_thread(serving, wctx, name, 2)
+    victim = pods_of(wctx, name, 1)[0]
+    hub = op.hub_pod(victim.metadata.uid)
+    wctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [1, 0]})  # hold the drain
+    wctx.watcher()
+    scale(wctx, name, 1)
+
+    async def draining() -> bool:
+        try:
+            return (await state(wctx, name)).phase is Phase.DRAINING
+        except Exception:
+            return False
+
+    for _ in range(100):
+        if await draining():
+            break
+        await asyncio.sleep(0.2)
+    scale(wctx, name, 2)
+    h = wctx.client.get_workflow_handle(workflow_id_for(namespace=wctx.ns, deployment=name),
+                                        result_type=RetirementState)
+    st: RetirementState = await asyncio.wait_for(h.result(), 60)
+    assert st.outcome is Outcome.CAPACITY_RETAINED, st.reasons
+    pod = wctx.core.read_namespaced_pod(victim.metadata.name, wctx.ns)
+    assert pod.metadata.uid == victim.metadata.uid
+    assert pod.metadata.labels.get(LABEL_ELIGIBLE) == "true"  # restored
+
+
+def annotate(ctx: Ctx, name: str, value: str | None) -> None:
+    client.CustomObjectsApi(ctx.bed.api_client()).patch_namespaced_custom_object(
+        GROUP, VERSION, ctx.ns, PLURAL, name, {"metadata": {"annotations": {
+            ANNOTATION_RETRY: value}}})
+
+
+def annotation(ctx: Ctx, name: str) -> str | None:
+    md = client.CustomObjectsApi(ctx.bed.api_client()).get_namespaced_custom_object(
+        GROUP, VERSION, ctx.ns, PLURAL, name)
+    value: str | None = (md["metadata"].get("annotations") or {}).get(ANNOTATION_RETRY)
+    return value
+
+
+def events(ctx: Ctx, name: str) -> dict[str, str]:
+    return {e.reason: e.message for e in ctx.core.list_namespaced_event(ctx.ns).items
+            if e.involved_object.name == name}
+
+
+async def test_retry_annotation_fresh_attempt_replay_and_malformed(wctx: WatchCtx) -> None:
+    name = "retry"
+    create_md(wctx.bed.api_client(), wctx.ns, model_deployment(name, replicas=2))
+    op = wctx.bed.operator(wctx.ns)
+    await asyncio.to_thread(serving, wctx, name, 2)
+    victim = pods_of(wctx, name, 1)[0]
+    hub = op.hub_pod(victim.metadata.uid)
+    wctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [2, 0]})  # stays busy
+    wctx.watcher()
+    scale(wctx, name, 1)
+    for _ in range(150):
+        try:
+            if (await state(wctx, name)).outcome is Outcome.ABORTED:
+                break
+        except Exception:
+            pass
+        await asyncio.sleep(0.2)
+    assert (await state(wctx, name)).outcome is Outcome.ABORTED
+    # A malformed annotation: an Event with the reason, nothing else.
+    annotate(wctx, name, "server:one:t1")
+    await eventually("invalid annotation event",
+                     lambda: "RetryAnnotationInvalid" in events(wctx, name))
+    assert "not a non-negative integer" in events(wctx, name)["RetryAnnotationInvalid"]
+    assert (await state(wctx, name)).attempt == 1
+    # A valid token: delivered, cleared, a fresh attempt that completes once the engine idles.
+    wctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"clear": True})
+    annotate(wctx, name, "server:1:t1")
+    await eventually("annotation cleared", lambda: annotation(wctx, name) is None)
+    await eventually("victim deleted", lambda: not pods_of(wctx, name, 1), timeout=60)
+    wid = workflow_id_for(namespace=wctx.ns, deployment=name)
+    final: RetirementState = await wctx.client.get_workflow_handle(
+        wid, result_type=RetirementState).result()
+    assert final.outcome is Outcome.COMPLETED and final.attempt == 2
+    assert final.last_consumed_retry_token == "t1"
+    # The same token again: a replay, ignored (nothing runs; the annotation is cleared).
+    annotate(wctx, name, "server:1:t1")
+    await eventually("replay cleared", lambda: annotation(wctx, name) is None)
+    assert len(await runs(wctx.client, wid)) == 2  # the original run and its continuation
+
+
+async def test_watcher_killed_mid_retirement_no_duplicate(wctx: WatchCtx) -> None:
+    name = "killed"
+    create_md(wctx.bed.api_client(), wctx.ns, model_deployment(name, replicas=2))
+    op = wctx.bed.operator(wctx.ns)
+    await asyncio.to_thread(serving, wctx, name, 2)
+    victim = pods_of(wctx, name, 1)[0]
+    hub = op.hub_pod(victim.metadata.uid)
+    wctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [1, 0]})
+    first = wctx.watcher(name="watcher-a")
+    scale(wctx, name, 1)
+    for _ in range(100):
+        try:
+            if (await state(wctx, name)).phase is Phase.DRAINING:
+                break
+        except Exception:
+            pass
+        await asyncio.sleep(0.2)
+    first.kill()  # SIGKILL mid-retirement
+    wctx.watchers.remove(first)
+    wctx.watcher(name="watcher-b")
+    await asyncio.sleep(2)
+    wctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"clear": True})
+    await eventually("victim deleted", lambda: not pods_of(wctx, name, 1), timeout=60)
+    wid = workflow_id_for(namespace=wctx.ns, deployment=name)
+    rs = await runs(wctx.client, wid)
+    assert len(rs) == 1  # no duplicate workflow
+    st: RetirementState = await wctx.client.get_workflow_handle(
+        wid, result_type=RetirementState).result()
+    assert st.outcome is Outcome.COMPLETED
+
+
+async def test_two_watchers_one_acts_and_failover(wctx: WatchCtx) -> None:
+    name = "ha"
+    create_md(wctx.bed.api_client(), wctx.ns, model_deployment(name, replicas=3))
+    wctx.bed.operator(wctx.ns)
+    await asyncio.to_thread(serving, wctx, name, 3)
+    lease = ["--leader-elect", "--lease-namespace", wctx.ns, "--lease-seconds", "4"]
+    a = wctx.watcher(*lease, "--identity", "a", name="watcher-a")
+    await asyncio.sleep(3)
+    b = wctx.watcher(*lease, "--identity", "b", name="watcher-b")
+    coord = client.CoordinationV1Api(wctx.bed.api_client())
+
+    def holder() -> str:
+        return str(coord.read_namespaced_lease("retire-watcher", wctx.ns).spec.holder_identity)
+
+    assert await eventually("a leads", lambda: holder() == "a")
+    scale(wctx, name, 2)
+    await eventually("ordinal 2 retired", lambda: not pods_of(wctx, name, 2), timeout=60)
+    assert "leading" in a.log_tail(200) and "leading" not in b.log_tail(200)
+    assert "started retirement" not in b.log_tail(200)  # exactly one acts
+    a.kill()
+    wctx.watchers.remove(a)
+    assert await eventually("b takes over", lambda: holder() == "b", timeout=30)
+    scale(wctx, name, 1)
+    await eventually("ordinal 1 retired by b", lambda: not pods_of(wctx, name, 1), timeout=60)
+    assert "started retirement" in b.log_tail(200)
