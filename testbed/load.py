@@ -25,6 +25,9 @@ class Load:
     min_s: float = 1.0
     max_s: float = 5.0
     max_duration_s: float = 600.0  # it stops by itself
+    #: Stream the completions (SSE); a request succeeds only on a complete stream.  A router
+    #: can retry a cut non-streaming request elsewhere, but not a stream already started.
+    stream: bool = True
     ok: int = 0
     failed: int = 0
     failures: Counter[str] = field(default_factory=Counter)
@@ -53,12 +56,10 @@ class Load:
         with httpx.Client(trust_env=False, timeout=self.max_s + 10) as http:
             while not self._stop.is_set() and time.monotonic() < deadline:
                 seconds = rng.uniform(self.min_s, self.max_s)
+                body = {"model": "emulated", "prompt": f"stream {i}", "max_tokens": 32,
+                        "emulate_seconds": round(seconds, 2), "stream": self.stream}
                 try:
-                    r = http.post(f"{self.url}/v1/completions", json={
-                        "model": "emulated", "prompt": f"stream {i}", "max_tokens": 32,
-                        "emulate_seconds": round(seconds, 2)})
-                    good = r.status_code == 200 and "choices" in r.json()
-                    kind = "" if good else f"HTTP {r.status_code}"
+                    good, kind = self._one(http, body)
                 except (httpx.HTTPError, ValueError) as e:
                     good, kind = False, type(e).__name__
                 with self._lock:
@@ -67,3 +68,15 @@ class Load:
                     else:
                         self.failed += 1
                         self.failures[kind] += 1
+
+    def _one(self, http: httpx.Client, body: dict[str, object]) -> tuple[bool, str]:
+        """One request; (succeeded, failure kind)."""
+        if not self.stream:
+            r = http.post(f"{self.url}/v1/completions", json=body)
+            good = r.status_code == 200 and "choices" in r.json()
+            return good, "" if good else f"HTTP {r.status_code}"
+        with http.stream("POST", f"{self.url}/v1/completions", json=body) as r:
+            if r.status_code != 200:
+                return False, f"HTTP {r.status_code}"
+            done = any(line.strip() == "data: [DONE]" for line in r.iter_lines())
+        return done, "" if done else "stream cut"

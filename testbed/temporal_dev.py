@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from temporalio.common import SearchAttributeKey
 
 from testbed.paths import REPO_ROOT, venv_bin
 from testbed.procs import Child, port_open, wait_until
@@ -75,6 +76,19 @@ def load_config(path: Path = CONFIG_PATH) -> TemporalDevConfig:
         )
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{path}: invalid or missing setting: {e}") from e
+
+
+def search_attribute_keys(cfg: TemporalDevConfig) -> list[SearchAttributeKey[Any]]:
+    """The custom search attributes of the configuration, as typed keys."""
+    keys: list[SearchAttributeKey[Any]] = []
+    for name, kind in cfg.search_attributes.items():
+        if kind == "Int":
+            keys.append(SearchAttributeKey.for_int(name))
+        elif kind == "Keyword":
+            keys.append(SearchAttributeKey.for_keyword(name))
+        else:
+            raise ValueError(f"search attribute {name}: unsupported kind {kind!r}")
+    return keys
 
 
 def dev_server_args(cfg: TemporalDevConfig) -> list[str]:

@@ -17,14 +17,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from testbed.paths import venv_bin
-from testbed.temporal_dev import load_config
-
-_KINDS = {"Keyword": SearchAttributeKey.for_keyword, "Int": SearchAttributeKey.for_int}
+from testbed.temporal_dev import load_config, search_attribute_keys
 
 
 def project_search_attributes() -> list[SearchAttributeKey]:  # type: ignore[type-arg]
     """The custom search attributes of ``temporal-dev.yaml`` as typed keys."""
-    return [_KINDS[kind](name) for name, kind in load_config().search_attributes.items()]
+    return search_attribute_keys(load_config())
 
 
 @pytest.fixture(scope="session")

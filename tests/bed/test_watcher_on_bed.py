@@ -260,3 +260,26 @@ async def test_two_watchers_one_acts_and_failover(wctx: WatchCtx) -> None:
     scale(wctx, name, 1)
     await eventually("ordinal 1 retired by b", lambda: not pods_of(wctx, name, 1), timeout=60)
     assert "started retirement" in b.log_tail(200)
+
+
+async def test_scale_down_under_load_fails_no_request(wctx: WatchCtx) -> None:
+    """The headline: 20 streams of 1-5 s requests through the real SGLang gateway while
+    the watcher retires a replica; not one request fails."""
+    from testbed.load import Load
+
+    name = "loaded"
+    create_md(wctx.bed.api_client(), wctx.ns,
+              model_deployment(name, replicas=2, router="sglang-gateway"))
+    wctx.bed.operator(wctx.ns)
+    await asyncio.to_thread(serving, wctx, name, 2)
+    url = await asyncio.to_thread(wctx.bed.start_sglang_router, wctx.ns, name)
+    wctx.watcher()
+    load = Load(url, streams=20, min_s=1, max_s=5, max_duration_s=120).start()
+    await asyncio.sleep(4)
+    scale(wctx, name, 1)
+    await eventually("replica retired", lambda: not pods_of(wctx, name, 1), timeout=90)
+    await asyncio.sleep(3)
+    ok, failed = await asyncio.to_thread(load.stop)
+    print(f"\nwatcher-driven scale-down under load: {ok} ok, {failed} failed "
+          f"{dict(load.failures)}")
+    assert ok > 20 and failed == 0, load.failures

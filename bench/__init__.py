@@ -1,0 +1,1 @@
+"""Benchmarks: figures printed side by side, and pictures in ``bench/results/``."""
