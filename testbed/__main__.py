@@ -3,7 +3,8 @@
 Brings up the Temporal dev server with its Web UI (from ``temporal-dev.yaml``) and the local
 Kubernetes test cluster with a vLLM and an SGLang ModelDeployment (2 replicas each) behind
 the real SGLang model gateway, runs the worker, puts a steady load through the gateway,
-scales the vLLM deployment down and retires the surplus replica — printing each phase, the
+runs the watcher, scales the vLLM deployment down so the watcher retires the surplus
+replica — printing each phase, the
 workflow's address in the UI, and the load's error count.  Ctrl-C stops everything.
 """
 
@@ -24,16 +25,16 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities import Kube
-from retirement.budgets import Budgets
-from retirement.models import RetirementRequest, RetirementState, workflow_id_for
+from retirement.models import RetirementState, workflow_id_for
 from retirement.names import GROUP, PLURAL, VERSION
 from retirement.phases import Outcome
 from testbed.bed import Bed, wait_for
 from testbed.load import Load
 from testbed.paths import REPO_ROOT, missing_binaries
+from testbed.procs import Child
 from testbed.temporal_dev import load_config, start_dev_server
 from worker.__main__ import build_worker
-from workflows.retirement import RetirementWorkflow, initial_search_attributes
+from workflows.retirement import RetirementWorkflow
 
 NS = "demo"
 DEPLOYMENTS = [("llama", "vLLM"), ("qwen", "SGLang")]
@@ -68,6 +69,7 @@ async def demo(args: argparse.Namespace) -> int:
     temporal = start_dev_server(cfg, log_dir=REPO_ROOT / ".bed" / "demo-temporal")
     bed = Bed(state_dir=REPO_ROOT / ".bed" / "demo")
     load: Load | None = None
+    watcher: Child | None = None
     try:
         say("starting etcd, kube-apiserver, kube-controller-manager, kwok")
         bed.start()
@@ -94,13 +96,19 @@ async def demo(args: argparse.Namespace) -> int:
         with ThreadPoolExecutor(max_workers=8) as pool:
             async with build_worker(tc, task_queue=cfg.task_queue, kube=kube, executor=pool):
                 say(f"worker on task queue {cfg.task_queue!r}")
+                watcher = Child(name="watcher", argv=[
+                    sys.executable, "-m", "watcher", "--kubeconfig", str(bed.cp.kubeconfig),
+                    "--address", cfg.address, "--namespace", cfg.namespace,
+                    "--task-queue", cfg.task_queue, "--watch-namespace", NS, "--resync", "2"],
+                    log_path=REPO_ROOT / ".bed" / "demo" / "logs" / "watcher.log")
+                say(f"watcher running (log: {watcher.log_path})")
                 if not args.no_retire:
                     load = Load(routers["llama"], streams=args.streams, min_s=1, max_s=5,
                                 max_duration_s=900).start()
                     say(f"load: {args.streams} request streams (1-5 s each) through the "
                         "llama gateway")
                     await asyncio.sleep(3)
-                    await retire_one(tc, cfg.task_queue, co, cfg.ui_url)
+                    await retire_one(tc, co, cfg.ui_url)
                     await asyncio.sleep(2)
                     ok, failed = load.stop()
                     load = None
@@ -113,6 +121,8 @@ async def demo(args: argparse.Namespace) -> int:
     finally:
         if load is not None:
             load.stop()
+        if watcher is not None:
+            watcher.stop()
         say("stopping")
         bed.stop()
         temporal.stop()
@@ -120,25 +130,30 @@ async def demo(args: argparse.Namespace) -> int:
     return 0
 
 
-async def retire_one(tc: Client, queue: str, co: client.CustomObjectsApi, ui: str) -> None:
-    """Scale llama 2 → 1 and retire ordinal 1, as the watcher does, printing each phase."""
+async def retire_one(tc: Client, co: client.CustomObjectsApi, ui: str) -> None:
+    """Scale llama 2 → 1; the watcher retires ordinal 1; print each phase."""
+    wid = workflow_id_for(namespace=NS, deployment="llama")
+    with contextlib.suppress(Exception):  # a retirement left by an earlier demo run
+        await tc.get_workflow_handle(wid).terminate("demo restart")
     md = co.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "llama")
     roles = md["spec"]["roles"]
     roles[0]["replicas"] = 1
     co.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "llama",
                                       {"spec": {"roles": roles}})
-    say("scaled llama to 1 replica: retiring server ordinal 1")
-    req = RetirementRequest(namespace=NS, deployment="llama", role="server", ordinal=1,
-                            budgets=Budgets())
-    wid = workflow_id_for(namespace=NS, deployment="llama")
-    with contextlib.suppress(Exception):
-        await tc.get_workflow_handle(wid).terminate("demo restart")
-    handle = await tc.start_workflow(RetirementWorkflow.run, req, id=wid, task_queue=queue,
-                                     search_attributes=initial_search_attributes(req))
+    say("scaled llama to 1 replica (kubectl would do the same); the watcher takes it from here")
+    handle = tc.get_workflow_handle(wid, result_type=RetirementState)
+    while True:
+        try:
+            st: RetirementState = await handle.query(RetirementWorkflow.state)
+            if st.outcome is Outcome.RUNNING or st.phase_timeline:
+                break
+        except Exception:
+            pass
+        await asyncio.sleep(0.2)
     say(f"workflow: {ui}/namespaces/default/workflows/{urllib.parse.quote(wid, safe='')}")
     seen = 0
     while True:
-        st: RetirementState = await handle.query(RetirementWorkflow.state)
+        st = await handle.query(RetirementWorkflow.state)
         for phase, at in st.phase_timeline[seen:]:
             say(f"  phase {phase:<12} at {at.strftime('%H:%M:%S.%f')[:-3]}")
         seen = len(st.phase_timeline)
@@ -167,7 +182,7 @@ To abort or retry a retirement (workflow ID {wid}):
     .venv/bin/retire --address {address} abort {NS}/llama --reason on-call
     .venv/bin/retire --address {address} retry {NS}/llama --token t1
     kubectl annotate md llama -n {NS} modeldeployment.gpustack.ai/retirement-retry=server:1:t1
-        (the annotation is delivered by the watcher)
+(tctl is not installable here: the Go module proxy refuses github.com/temporalio/tctl.)
 """)
 
 

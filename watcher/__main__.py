@@ -82,6 +82,21 @@ async def act(rec: Reconciler, *, resync: float, stop: threading.Event, health: 
         await asyncio.to_thread(trigger.wait, resync)
 
 
+async def connect(address: str, namespace: str, stop: threading.Event) -> Client | None:
+    """Connect to Temporal, retrying while it is down (it may be for a while)."""
+    delay = 1.0
+    while not stop.is_set():
+        try:
+            return await Client.connect(address, namespace=namespace,
+                                        data_converter=pydantic_data_converter)
+        except RuntimeError as e:
+            log.warning("Temporal at %s not reachable (%s); retrying in %.0f s", address,
+                        str(e).splitlines()[0][:120], delay)
+            await asyncio.to_thread(stop.wait, delay)
+            delay = min(delay * 2, 15.0)
+    return None
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """Flags (defaults from the environment)."""
     env = os.environ
@@ -134,8 +149,9 @@ def main(argv: list[str] | None = None) -> int:
                              daemon=True).start()
 
         async def run() -> None:
-            client = await Client.connect(a.address, namespace=a.namespace,
-                                          data_converter=pydantic_data_converter)
+            client = await connect(a.address, a.namespace, stop)
+            if client is None:
+                return
             rec = Reconciler(kube=kube, temporal=client, metrics=metrics,
                              namespaces=a.watch_namespace,
                              settings=WatcherSettings(
