@@ -362,3 +362,36 @@ def _one_request(ip: str) -> tuple[int, float]:
         except httpx.HTTPError:
             return 0, time.time()
         return r.status_code, time.time()
+
+
+async def test_leader_served_group_measures_the_leader_and_restores_by_probe(ctx: Ctx) -> None:
+    """A 2-member leader-served replica: only the leader is measured; on abort the leader
+    gets its label back only after its identity-bound probe answers (vLLM 0.29.0)."""
+    name = "group"
+    create_md(ctx.bed.api_client(), ctx.ns, model_deployment(
+        name, replicas=2, size=2, extra_args=["--data-parallel-size", "2"]))
+    op = ctx.bed.operator(ctx.ns)
+    await asyncio.to_thread(serving, ctx, name, 2)  # the two leaders
+    members = sorted(pods_of(ctx, name, 1), key=lambda p: p.metadata.name)
+    leader = next(p for p in members if p.metadata.labels[
+        "modeldeployment.gpustack.ai/member-index"] == "0")
+    hub = op.hub_pod(leader.metadata.uid)
+    ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [1, 0]})
+    budgets = Budgets(overall_s=60, withdrawal_s=20, drain_s=5, settle_s=10,
+                      poll_interval_s=0.5)
+    handle = await ctx.client.start_workflow(
+        RetirementWorkflow.run,
+        RetirementRequest(namespace=ctx.ns, deployment=name, role="server", ordinal=1,
+                          budgets=budgets, routerless_policy="quiet-window", quiet_window_s=0.5),
+        id=workflow_id_for(namespace=ctx.ns, deployment=name), task_queue=ctx.queue,
+        result_type=RetirementState)
+    st = await wait_for_outcome(handle, Outcome.ABORTED)
+    assert st.target is not None and st.target.shape == "LeaderServed"
+    assert st.target.measured == (leader.metadata.name,)
+    assert sorted(st.target.uids) == sorted(p.metadata.uid for p in members)
+    assert st.restored is not None and st.restored.restored == [leader.metadata.name]
+    labels = {p.metadata.name: p.metadata.labels.get(LABEL_ELIGIBLE)
+              for p in pods_of(ctx, name, 1)}
+    assert labels[leader.metadata.name] == "true"
+    assert all(v is None for k, v in labels.items() if k != leader.metadata.name)
+    await finish(handle)
