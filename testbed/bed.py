@@ -4,7 +4,6 @@ and the real SGLang model gateway, each inside the bed's network namespace where
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import time
@@ -16,7 +15,7 @@ from typing import Any
 from kubernetes import client, config
 
 from retirement.names import LABEL_ELIGIBLE, LABEL_INSTANCE
-from testbed import netns
+from testbed import jsonhttp, netns
 from testbed.controlplane import ControlPlane
 from testbed.paths import venv_bin
 from testbed.procs import Child, wait_until
@@ -87,12 +86,7 @@ class Bed:
 
     def hub_call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """Call the emulator hub's control API."""
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.hub_url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        with opener.open(req, timeout=10) as resp:
-            return json.loads(resp.read() or b"null")
+        return jsonhttp.call(self.hub_url + path, method, body)
 
     def create_namespace(self, name: str) -> None:
         """Create a namespace (and wait for its default ServiceAccount)."""

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import logging
 import threading
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +41,7 @@ from retirement.names import (
     VERSION,
 )
 from retirement.shape import MemberPod, read_shape, select_members
+from testbed import jsonhttp
 from testbed.controlplane import NODE_NAME
 
 log = logging.getLogger(__name__)
@@ -215,12 +214,7 @@ class StandInOperator:
     # ------------------------------------------------------------------ engines
 
     def _hub(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.hub_url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        with opener.open(req, timeout=10) as resp:
-            return json.loads(resp.read() or b"null")
+        return jsonhttp.call(self.hub_url + path, method, body)
 
     def _sync_engines(self, pods: list[client.V1Pod], mds: dict[str, dict[str, Any]]) -> None:
         live: set[str] = set()

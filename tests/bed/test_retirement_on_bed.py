@@ -108,6 +108,17 @@ async def retire(ctx: Ctx, name: str, ordinal: int, budgets: Budgets = SHORT,
         search_attributes=initial_search_attributes(req))
 
 
+async def retire_routerless(ctx: Ctx, name: str, *, budgets: Budgets, quiet_s: float,
+                            ) -> WorkflowHandle[Any, RetirementState]:
+    """Retire ordinal 1 of a router-less deployment under the quiet-window policy."""
+    req = RetirementRequest(namespace=ctx.ns, deployment=name, role="server", ordinal=1,
+                            budgets=budgets, routerless_policy="quiet-window",
+                            quiet_window_s=quiet_s)
+    return await ctx.client.start_workflow(
+        RetirementWorkflow.run, req, id=workflow_id_for(namespace=ctx.ns, deployment=name),
+        task_queue=ctx.queue, result_type=RetirementState)
+
+
 def phase_durations(st: RetirementState) -> dict[str, float]:
     tl = st.phase_timeline
     return {str(p): round((tl[i + 1][1] - t).total_seconds(), 2)
@@ -176,12 +187,7 @@ async def test_busy_engine_aborts_at_drain_budget_and_restores(ctx: Ctx) -> None
     ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [3, 1]})
     budgets = Budgets(overall_s=60, withdrawal_s=20, drain_s=6, settle_s=10,
                       poll_interval_s=0.5)
-    handle = await ctx.client.start_workflow(
-        RetirementWorkflow.run,
-        RetirementRequest(namespace=ctx.ns, deployment=name, role="server", ordinal=1,
-                          budgets=budgets, routerless_policy="quiet-window", quiet_window_s=1),
-        id=workflow_id_for(namespace=ctx.ns, deployment=name), task_queue=ctx.queue,
-        result_type=RetirementState)
+    handle = await retire_routerless(ctx, name, budgets=budgets, quiet_s=1)
     st = await wait_state(handle, Phase.ABORTED)
     st = await wait_for_outcome(handle, Outcome.ABORTED)
     assert st.history[-1].furthest_phase is Phase.DRAINING
@@ -228,12 +234,7 @@ async def test_replaced_pod_mid_drain_survives(ctx: Ctx) -> None:
     ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [1, 0]})  # hold the drain
     budgets = Budgets(overall_s=60, withdrawal_s=20, drain_s=30, settle_s=10,
                       poll_interval_s=0.5)
-    handle = await ctx.client.start_workflow(
-        RetirementWorkflow.run,
-        RetirementRequest(namespace=ctx.ns, deployment=name, role="server", ordinal=1,
-                          budgets=budgets, routerless_policy="quiet-window", quiet_window_s=1),
-        id=workflow_id_for(namespace=ctx.ns, deployment=name), task_queue=ctx.queue,
-        result_type=RetirementState)
+    handle = await retire_routerless(ctx, name, budgets=budgets, quiet_s=1)
     await wait_state(handle, Phase.DRAINING)
     # Someone else replaces the Pod: same name, new UID (the stand-in operator recreates it).
     ctx.core.delete_namespaced_pod(victim.metadata.name, ctx.ns, grace_period_seconds=0)
@@ -259,12 +260,7 @@ async def test_container_restart_mid_drain_reads_unknown_then_aborts(ctx: Ctx) -
     ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [1, 0]})
     budgets = Budgets(overall_s=60, withdrawal_s=20, drain_s=8, settle_s=10,
                       poll_interval_s=0.5)
-    handle = await ctx.client.start_workflow(
-        RetirementWorkflow.run,
-        RetirementRequest(namespace=ctx.ns, deployment=name, role="server", ordinal=1,
-                          budgets=budgets, routerless_policy="quiet-window", quiet_window_s=1),
-        id=workflow_id_for(namespace=ctx.ns, deployment=name), task_queue=ctx.queue,
-        result_type=RetirementState)
+    handle = await retire_routerless(ctx, name, budgets=budgets, quiet_s=1)
     await wait_state(handle, Phase.DRAINING)
     # The container restarts: the engine comes back idle, with a new container ID.
     ctx.bed.hub_call("POST", f"/pods/{hub}/restart")
@@ -288,12 +284,7 @@ async def test_stale_gauges_cause_no_premature_delete(ctx: Ctx) -> None:
     victim = pods_of(ctx, name, 1)[0]
     hub = ctx.bed.operators[-1].hub_pod(victim.metadata.uid)
     ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [2, 0]})
-    handle = await ctx.client.start_workflow(
-        RetirementWorkflow.run,
-        RetirementRequest(namespace=ctx.ns, deployment=name, role="server", ordinal=1,
-                          budgets=SHORT, routerless_policy="quiet-window", quiet_window_s=0.5),
-        id=workflow_id_for(namespace=ctx.ns, deployment=name), task_queue=ctx.queue,
-        result_type=RetirementState)
+    handle = await retire_routerless(ctx, name, budgets=SHORT, quiet_s=0.5)
     await wait_state(handle, Phase.DRAINING)
     await asyncio.sleep(3.0)
     held: RetirementState = await handle.query(RetirementWorkflow.state)
@@ -333,13 +324,7 @@ async def test_frontend_request_is_caught_by_the_counter_check(ctx: Ctx) -> None
     hub = ctx.bed.operators[-1].hub_pod(victim.metadata.uid)
     budgets = Budgets(overall_s=90, withdrawal_s=30, drain_s=40, settle_s=20,
                       poll_interval_s=4.0)
-    handle = await ctx.client.start_workflow(
-        RetirementWorkflow.run,
-        RetirementRequest(namespace=ctx.ns, deployment=name, role="server", ordinal=1,
-                          budgets=budgets, routerless_policy="quiet-window",
-                          quiet_window_s=0.1),
-        id=workflow_id_for(namespace=ctx.ns, deployment=name), task_queue=ctx.queue,
-        result_type=RetirementState)
+    handle = await retire_routerless(ctx, name, budgets=budgets, quiet_s=0.1)
     await wait_state(handle, Phase.DRAINING)
     # Sent after the drain's first read began: hidden in the front end for 2.5 s, then it
     # runs 0.1 s and finishes, all before the second read (4 s after the first).
@@ -379,12 +364,7 @@ async def test_leader_served_group_measures_the_leader_and_restores_by_probe(ctx
     ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [1, 0]})
     budgets = Budgets(overall_s=60, withdrawal_s=20, drain_s=5, settle_s=10,
                       poll_interval_s=0.5)
-    handle = await ctx.client.start_workflow(
-        RetirementWorkflow.run,
-        RetirementRequest(namespace=ctx.ns, deployment=name, role="server", ordinal=1,
-                          budgets=budgets, routerless_policy="quiet-window", quiet_window_s=0.5),
-        id=workflow_id_for(namespace=ctx.ns, deployment=name), task_queue=ctx.queue,
-        result_type=RetirementState)
+    handle = await retire_routerless(ctx, name, budgets=budgets, quiet_s=0.5)
     st = await wait_for_outcome(handle, Outcome.ABORTED)
     assert st.target is not None and st.target.shape == "LeaderServed"
     assert st.target.measured == (leader.metadata.name,)

@@ -17,13 +17,14 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from activities import Kube
-from retirement.models import RetirementState, workflow_id_for
+from retirement.budgets import Budgets
+from retirement.models import IntentKind, RetirementState, workflow_id_for
 from retirement.names import ANNOTATION_RETRY, GROUP, LABEL_ELIGIBLE, PLURAL, VERSION
 from retirement.phases import Outcome, Phase
 from testbed.bed import Bed, wait_for
 from testbed.procs import Child
 from tests.bed.conftest import create_md, model_deployment
-from tests.bed.test_retirement_on_bed import Ctx, pods_of, scale, serving
+from tests.bed.test_retirement_on_bed import Ctx, pods_of, retire_routerless, scale, serving
 from worker.__main__ import build_worker
 from workflows.retirement import RetirementWorkflow
 
@@ -283,3 +284,71 @@ async def test_scale_down_under_load_fails_no_request(wctx: WatchCtx) -> None:
     print(f"\nwatcher-driven scale-down under load: {ok} ok, {failed} failed "
           f"{dict(load.failures)}")
     assert ok > 20 and failed == 0, load.failures
+
+
+async def test_departed_role_is_retired_replica_by_replica(wctx: WatchCtx) -> None:
+    name = "departed"
+    manifest = model_deployment(name, replicas=1)
+    manifest["spec"]["roles"].append({"name": "old", "kind": "Server", "replicas": 2,
+                                      "size": 1})
+    create_md(wctx.bed.api_client(), wctx.ns, manifest)
+    wctx.bed.operator(wctx.ns)
+    await asyncio.to_thread(serving, wctx, name, 3)
+    wctx.watcher()
+    co = client.CustomObjectsApi(wctx.bed.api_client())
+    co.patch_namespaced_custom_object(GROUP, VERSION, wctx.ns, PLURAL, name, {"spec": {
+        "roles": [{"name": "server", "kind": "Server", "replicas": 1, "size": 1}]}})
+    await eventually("old role gone", lambda: [
+        p.metadata.name for p in pods_of(wctx, name)] == [f"{name}-server-0"], timeout=90)
+    wid = workflow_id_for(namespace=wctx.ns, deployment=name)
+    rs = []
+    for _ in range(40):
+        rs = [r for r in await runs(wctx.client, wid) if r.close_time]
+        if len(rs) == 2:
+            break
+        await asyncio.sleep(0.5)
+    done = []
+    for r in sorted(rs, key=lambda r: r.start_time):
+        st: RetirementState = await wctx.client.get_workflow_handle(
+            wid, run_id=r.run_id, result_type=RetirementState).result()
+        done.append((st.request.intent, st.request.role, st.request.ordinal, st.outcome))
+    assert done == [(IntentKind.DEPARTED_ROLE, "old", 1, Outcome.COMPLETED),
+                    (IntentKind.DEPARTED_ROLE, "old", 0, Outcome.COMPLETED)]
+
+
+async def test_orphan_left_by_a_terminated_workflow_is_repaired(wctx: WatchCtx) -> None:
+    name = "orphan"
+    create_md(wctx.bed.api_client(), wctx.ns, model_deployment(name, replicas=2))
+    op = wctx.bed.operator(wctx.ns)
+    await asyncio.to_thread(serving, wctx, name, 2)
+    victim = pods_of(wctx, name, 1)[0]
+    hub = op.hub_pod(victim.metadata.uid)
+    wctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [1, 0]})
+    # A retirement started by hand (no intent: the spec still declares ordinal 1) ...
+    handle = await retire_routerless(wctx, name, quiet_s=0.5, budgets=Budgets(
+        overall_s=120, withdrawal_s=20, drain_s=60, settle_s=10, poll_interval_s=0.5))
+    for _ in range(100):
+        if (await handle.query(RetirementWorkflow.state)).phase is Phase.DRAINING:
+            break
+        await asyncio.sleep(0.2)
+    # ... terminated mid-drain: no restore runs, the member is left disqualified.
+    await handle.terminate("on-call terminated it")
+    pod = wctx.core.read_namespaced_pod(victim.metadata.name, wctx.ns)
+    assert LABEL_ELIGIBLE not in (pod.metadata.labels or {})
+    health = wctx.watcher("--health-address", "127.0.0.1:0")
+    await eventually("orphan relabelled", lambda: wctx.core.read_namespaced_pod(
+        victim.metadata.name, wctx.ns).metadata.labels.get(LABEL_ELIGIBLE) == "true")
+    # The watcher's health and metrics endpoint.
+    import re
+
+    import httpx
+
+    line = await eventually("health address", lambda: re.search(
+        r"health (http://\S+)", health.log_tail(50)))
+    with httpx.Client(trust_env=False, timeout=5) as http:
+        base = line.group(1)
+        assert http.get(base + "/healthz").status_code == 200
+        assert http.get(base + "/readyz").status_code == 200
+        metrics = http.get(base + "/metrics").text
+    assert 'retire_watcher_eligibility_changes_total{value="true"}' in metrics
+    assert "retire_watcher_reconcile_seconds_count" in metrics
