@@ -65,6 +65,13 @@ SHORT = RetryPolicy(
     maximum_interval=timedelta(seconds=5),
     non_retryable_error_types=NON_RETRYABLE,
 )
+ADMIT = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=5),
+    maximum_attempts=30,
+    non_retryable_error_types=NON_RETRYABLE,
+)
 #: After the point of no return the deletes must finish: retry until they do.
 PERSISTENT = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -258,13 +265,18 @@ class RetirementWorkflow:
 
     async def _attempt(self) -> None:
         req = self._req
-        admission: Admission = await workflow.execute_activity(
-            "admit",
-            AdmitInput(request=req, workflow_id=workflow.info().workflow_id),
-            result_type=Admission,
-            start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=SHORT,
-        )
+        try:
+            admission: Admission = await workflow.execute_activity(
+                "admit",
+                AdmitInput(request=req, workflow_id=workflow.info().workflow_id),
+                result_type=Admission,
+                start_to_close_timeout=timedelta(seconds=30),
+                # The API server may be down for a while; after ~2.5 min of attempts,
+                # refuse (nothing was touched; the watcher derives the intent again later).
+                retry_policy=ADMIT,
+            )
+        except ActivityError as e:
+            admission = Admission(refusal=f"admission failed: {e.cause or e}")
         now = workflow.now()
         self._deadline = overall_deadline(admitted_at=now, budgets=req.budgets)
         if admission.target is None:

@@ -75,6 +75,10 @@ class FakeWorld:
     async def admit(self, inp: AdmitInput) -> Admission:
         self.calls.append("admit")
         self.admissions += 1
+        if self.refusal == "raise":
+            from temporalio.exceptions import ApplicationError
+
+            raise ApplicationError("HTTP 422 Unprocessable", type="Invalid", non_retryable=True)
         if self.refusal:
             return Admission(refusal=self.refusal)
         r = inp.request

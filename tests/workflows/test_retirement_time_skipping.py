@@ -355,6 +355,17 @@ async def test_admission_refusal_touches_nothing(
     await record(handle)
 
 
+async def test_admission_error_is_a_refusal_not_a_failed_workflow(
+    world_worker: tuple[Client, FakeWorld, str],
+) -> None:
+    client, world, queue = world_worker
+    world.refusal = "raise"
+    handle = await start(client, queue, request())
+    st: RetirementState = await handle.result()
+    assert st.outcome is Outcome.REFUSED and world.calls == ["admit"]
+    assert any("admission failed" in r and "422" in r for r in st.reasons), st.reasons
+
+
 async def test_failed_verdict_aborts_now(world_worker: tuple[Client, FakeWorld, str]) -> None:
     client, world, queue = world_worker
     world.behaviour["drain"] = "failed"
