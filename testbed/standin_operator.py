@@ -69,7 +69,7 @@ class StandInOperator:
     namespace: str
     hub_url: str  # the emulator hub's control API, inside the bed's namespace
     request_seconds: float = 1.0
-    interval: float = 0.3
+    interval: float = 0.5
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _emulated: dict[str, str] = field(default_factory=dict)  # pod UID -> hub name

@@ -1,0 +1,2 @@
+"""The watcher: removal intents become retirements; eligibility is maintained
+(``python -m watcher``)."""

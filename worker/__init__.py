@@ -1,0 +1,1 @@
+"""The worker process hosting RetirementWorkflow and its activities (``python -m worker``)."""

@@ -67,3 +67,16 @@ def create_md(api: client.ApiClient, namespace: str, manifest: dict[str, Any]) -
 def state_dir() -> Path:
     """Where the session's bed keeps its state and logs."""
     return REPO_ROOT / ".bed" / "test"
+
+
+@pytest.fixture(autouse=True)
+def _stop_what_the_test_started(bed: Bed) -> Iterator[None]:
+    """Stop the stand-in operators and routers a test started, so the session's bed does
+    not accumulate pollers (they would load the API server and starve later tests)."""
+    operators, routers = len(bed.operators), set(bed.routers)
+    yield
+    for op in bed.operators[operators:]:
+        op.stop()
+    del bed.operators[operators:]
+    for name in set(bed.routers) - routers:
+        bed.routers.pop(name).stop(timeout=5)
