@@ -1435,11 +1435,22 @@ class EmulatorHub:
     # -- direct API --------------------------------------------------------------------
 
     def add(self, spec: PodEngineSpec) -> EngineEmulator:
-        """Create and start an emulator; ``KeyError`` if the name exists."""
+        """Create and start an emulator; ``KeyError`` if the name exists.
+
+        An emulator still bound to the new one's address or metrics port belongs to a Pod
+        that is gone (the cluster reuses a deleted Pod's address): it is stopped first, as
+        a kubelet would have stopped that Pod's container.
+        """
         emu = EngineEmulator(spec)
         with self._lock:
             if spec.name in self._pods:
                 raise KeyError(spec.name)
+            stale = [n for n, e in self._pods.items()
+                     if (e.spec.serve_host, e.spec.serve_port) == (spec.serve_host,
+                                                                   spec.serve_port)
+                     or (spec.metrics_port and e.spec.metrics_port == spec.metrics_port)]
+            for name in stale:
+                self._pods.pop(name).stop()
             self._on_add(spec)
             emu.start()
             self._pods[spec.name] = emu

@@ -753,3 +753,21 @@ def test_main_runs_a_hub_until_sigterm(client: httpx.Client) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=5)
+
+
+def test_hub_replaces_an_emulator_whose_address_is_reused() -> None:
+    """A new Pod on a deleted Pod's address: the stale emulator is stopped, not a 500."""
+    from testbed.emulator import EmulatorHub
+    from testbed.procs import free_port
+
+    hub = EmulatorHub("127.0.0.1", 0)
+    try:
+        port, metrics = free_port(), free_port()
+        spec = PodEngineSpec(name="old", engine=EngineKind.VLLM, serve_host="127.0.0.1",
+                             serve_port=port, metrics_port=metrics)
+        hub.add(spec)
+        hub.add(PodEngineSpec(name="new", engine=EngineKind.VLLM, serve_host="127.0.0.1",
+                              serve_port=port, metrics_port=free_port()))
+        assert hub.names() == ["new"]
+    finally:
+        hub.shutdown()
