@@ -22,7 +22,7 @@ from temporalio.common import (
     SearchAttributeUpdate,
     TypedSearchAttributes,
 )
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from retirement.budgets import overall_deadline, phase_deadline
@@ -271,11 +271,14 @@ class RetirementWorkflow:
                 AdmitInput(request=req, workflow_id=workflow.info().workflow_id),
                 result_type=Admission,
                 start_to_close_timeout=timedelta(seconds=30),
-                # The API server may be down for a while; after ~2.5 min of attempts,
-                # refuse (nothing was touched; the watcher derives the intent again later).
+                # The API server may be down for a while; after ~2.5 min of attempts, or on
+                # a 404/409/422, refuse (nothing was touched; the watcher derives the intent
+                # again later).
                 retry_policy=ADMIT,
             )
         except ActivityError as e:
+            if isinstance(e.cause, CancelledError):
+                raise  # the workflow is being cancelled: not a refusal
             admission = Admission(refusal=f"admission failed: {e.cause or e}")
         now = workflow.now()
         self._deadline = overall_deadline(admitted_at=now, budgets=req.budgets)

@@ -342,6 +342,7 @@ async def test_second_start_for_same_deployment_is_refused(
     await cancel_and_wait(handle)
 
 
+
 async def test_admission_refusal_touches_nothing(
     world_worker: tuple[Client, FakeWorld, str],
 ) -> None:
