@@ -72,6 +72,35 @@ async def eventually(what: str, check: Callable[[], Any], timeout: float = 60) -
     return await asyncio.to_thread(wait_for, what, check, timeout=timeout, interval=0.3)
 
 
+async def held_victim(ctx: WatchCtx, name: str, *, running: int) -> tuple[client.V1Pod, str]:
+    """A 2-replica deployment whose ordinal-1 engine reads ``running`` stale requests
+    (its drain holds); returns that Pod and its emulator's name."""
+    create_md(ctx.bed.api_client(), ctx.ns, model_deployment(name, replicas=2))
+    op = ctx.bed.operator(ctx.ns)
+    await asyncio.to_thread(serving, ctx, name, 2)
+    victim = pods_of(ctx, name, 1)[0]
+    hub = op.hub_pod(victim.metadata.uid)
+    assert hub is not None
+    ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [running, 0]})
+    return victim, hub
+
+
+async def until_state(ctx: WatchCtx, name: str, check: Callable[[RetirementState], bool],
+                      timeout: float = 30) -> RetirementState:
+    """Query the deployment's retirement until ``check`` holds (it may not exist yet)."""
+    end = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            st = await state(ctx, name)
+            if check(st):
+                return st
+        except Exception:
+            pass
+        if asyncio.get_running_loop().time() > end:
+            raise AssertionError(f"retirement of {name} never reached the wanted state")
+        await asyncio.sleep(0.2)
+
+
 async def runs(client_: Client, wid: str) -> list[Any]:
     return [w async for w in client_.list_workflows(f"WorkflowId = '{wid}'")]
 
@@ -118,25 +147,10 @@ async def test_scale_3_to_1_retires_two_replicas_one_after_the_other(wctx: Watch
 
 async def test_scale_back_up_mid_drain_retains_capacity(wctx: WatchCtx) -> None:
     name = "bounce"
-    create_md(wctx.bed.api_client(), wctx.ns, model_deployment(name, replicas=2))
-    op = wctx.bed.operator(wctx.ns)
-    await asyncio.to_thread(serving, wctx, name, 2)
-    victim = pods_of(wctx, name, 1)[0]
-    hub = op.hub_pod(victim.metadata.uid)
-    wctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [1, 0]})  # hold the drain
+    victim, _hub = await held_victim(wctx, name, running=1)
     wctx.watcher()
     scale(wctx, name, 1)
-
-    async def draining() -> bool:
-        try:
-            return (await state(wctx, name)).phase is Phase.DRAINING
-        except Exception:
-            return False
-
-    for _ in range(100):
-        if await draining():
-            break
-        await asyncio.sleep(0.2)
+    await until_state(wctx, name, lambda st: st.phase is Phase.DRAINING)
     scale(wctx, name, 2)
     h = wctx.client.get_workflow_handle(workflow_id_for(namespace=wctx.ns, deployment=name),
                                         result_type=RetirementState)
@@ -167,21 +181,10 @@ def events(ctx: Ctx, name: str) -> dict[str, str]:
 
 async def test_retry_annotation_fresh_attempt_replay_and_malformed(wctx: WatchCtx) -> None:
     name = "retry"
-    create_md(wctx.bed.api_client(), wctx.ns, model_deployment(name, replicas=2))
-    op = wctx.bed.operator(wctx.ns)
-    await asyncio.to_thread(serving, wctx, name, 2)
-    victim = pods_of(wctx, name, 1)[0]
-    hub = op.hub_pod(victim.metadata.uid)
-    wctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [2, 0]})  # stays busy
+    _victim, hub = await held_victim(wctx, name, running=2)
     wctx.watcher()
     scale(wctx, name, 1)
-    for _ in range(150):
-        try:
-            if (await state(wctx, name)).outcome is Outcome.ABORTED:
-                break
-        except Exception:
-            pass
-        await asyncio.sleep(0.2)
+    await until_state(wctx, name, lambda st: st.outcome is Outcome.ABORTED)
     assert (await state(wctx, name)).outcome is Outcome.ABORTED
     # A malformed annotation: an Event with the reason, nothing else.
     annotate(wctx, name, "server:one:t1")
@@ -207,21 +210,10 @@ async def test_retry_annotation_fresh_attempt_replay_and_malformed(wctx: WatchCt
 
 async def test_watcher_killed_mid_retirement_no_duplicate(wctx: WatchCtx) -> None:
     name = "killed"
-    create_md(wctx.bed.api_client(), wctx.ns, model_deployment(name, replicas=2))
-    op = wctx.bed.operator(wctx.ns)
-    await asyncio.to_thread(serving, wctx, name, 2)
-    victim = pods_of(wctx, name, 1)[0]
-    hub = op.hub_pod(victim.metadata.uid)
-    wctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [1, 0]})
+    _victim, hub = await held_victim(wctx, name, running=1)
     first = wctx.watcher(name="watcher-a")
     scale(wctx, name, 1)
-    for _ in range(100):
-        try:
-            if (await state(wctx, name)).phase is Phase.DRAINING:
-                break
-        except Exception:
-            pass
-        await asyncio.sleep(0.2)
+    await until_state(wctx, name, lambda st: st.phase is Phase.DRAINING)
     first.kill()  # SIGKILL mid-retirement
     wctx.watchers.remove(first)
     wctx.watcher(name="watcher-b")
@@ -318,12 +310,7 @@ async def test_departed_role_is_retired_replica_by_replica(wctx: WatchCtx) -> No
 
 async def test_orphan_left_by_a_terminated_workflow_is_repaired(wctx: WatchCtx) -> None:
     name = "orphan"
-    create_md(wctx.bed.api_client(), wctx.ns, model_deployment(name, replicas=2))
-    op = wctx.bed.operator(wctx.ns)
-    await asyncio.to_thread(serving, wctx, name, 2)
-    victim = pods_of(wctx, name, 1)[0]
-    hub = op.hub_pod(victim.metadata.uid)
-    wctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [1, 0]})
+    victim, _hub = await held_victim(wctx, name, running=1)
     # A retirement started by hand (no intent: the spec still declares ordinal 1) ...
     handle = await retire_routerless(wctx, name, quiet_s=0.5, budgets=Budgets(
         overall_s=120, withdrawal_s=20, drain_s=60, settle_s=10, poll_interval_s=0.5))
