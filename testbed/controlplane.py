@@ -241,14 +241,14 @@ class ControlPlane:
         return ssl.create_default_context(cafile=str(self.pki.ca_cert))
 
     def _get(self, path: str) -> str:
-        req = urllib.request.Request(self.server + path,
-                                     headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
-                                             urllib.request.HTTPSHandler(context=self._ssl()))
-        with opener.open(req, timeout=5) as resp:
-            return str(resp.read().decode())
+        """GET ``path`` as the admin; the body as text."""
+        return self._raw("GET", path, None).decode()
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """A JSON request as the admin; the decoded answer."""
+        return json.loads(self._raw(method, path, body) or b"null")
+
+    def _raw(self, method: str, path: str, body: dict[str, Any] | None) -> bytes:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(
             self.server + path, data=data, method=method,
@@ -258,7 +258,8 @@ class ControlPlane:
                                              urllib.request.HTTPSHandler(context=self._ssl()))
         try:
             with opener.open(req, timeout=10) as resp:
-                return json.loads(resp.read() or b"null")
+                payload: bytes = resp.read()
+                return payload
         except urllib.error.HTTPError as e:
             raise RuntimeError(f"{method} {path}: HTTP {e.code}: {e.read()[:2000]!r}") from e
 

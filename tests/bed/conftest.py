@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -62,11 +61,6 @@ def create_md(api: client.ApiClient, namespace: str, manifest: dict[str, Any]) -
     result: dict[str, Any] = client.CustomObjectsApi(api).create_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, manifest)
     return result
-
-
-def state_dir() -> Path:
-    """Where the session's bed keeps its state and logs."""
-    return REPO_ROOT / ".bed" / "test"
 
 
 @pytest.fixture(autouse=True)

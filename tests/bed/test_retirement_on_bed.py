@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -125,16 +125,30 @@ def phase_durations(st: RetirementState) -> dict[str, float]:
             for i, (p, t) in enumerate(tl[:-1])}
 
 
-async def wait_state(handle: WorkflowHandle[Any, RetirementState], phase: Phase,
-                     timeout: float = 60) -> RetirementState:
+async def until(handle: WorkflowHandle[Any, RetirementState],
+                check: Callable[[RetirementState], bool], timeout: float = 60,
+                ) -> RetirementState:
+    """Query the retirement until ``check`` holds."""
     end = time.monotonic() + timeout
     while True:
         st: RetirementState = await handle.query(RetirementWorkflow.state)
-        if st.phase is phase:
+        if check(st):
             return st
         if time.monotonic() > end:
-            raise AssertionError(f"{st.phase} {st.reasons}")
+            raise AssertionError(f"{st.phase} {st.outcome} {st.reasons}")
         await asyncio.sleep(0.2)
+
+
+async def wait_state(handle: WorkflowHandle[Any, RetirementState], phase: Phase,
+                     ) -> RetirementState:
+    """Until the retirement is in ``phase``."""
+    return await until(handle, lambda st: st.phase is phase)
+
+
+async def wait_for_outcome(handle: WorkflowHandle[Any, RetirementState], outcome: Outcome,
+                           ) -> RetirementState:
+    """Until the retirement's outcome is ``outcome``."""
+    return await until(handle, lambda st: st.outcome is outcome)
 
 
 async def finish(handle: WorkflowHandle[Any, RetirementState]) -> None:
@@ -197,18 +211,6 @@ async def test_busy_engine_aborts_at_drain_budget_and_restores(ctx: Ctx) -> None
     assert pod.metadata.labels.get(LABEL_ELIGIBLE) == "true"  # label restored
     assert "in_flight=4" in " ".join(st.last_readings.values())
     await finish(handle)
-
-
-async def wait_for_outcome(handle: WorkflowHandle[Any, RetirementState], outcome: Outcome,
-                           timeout: float = 60) -> RetirementState:
-    end = time.monotonic() + timeout
-    while True:
-        st: RetirementState = await handle.query(RetirementWorkflow.state)
-        if st.outcome is outcome:
-            return st
-        if time.monotonic() > end:
-            raise AssertionError(f"{st.outcome} {st.reasons}")
-        await asyncio.sleep(0.2)
 
 
 async def test_port_annotation_not_a_number_is_refused_without_exec(ctx: Ctx) -> None:
