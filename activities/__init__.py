@@ -1,8 +1,10 @@
 """The retirement's activities: each bounded, idempotent, heartbeating where it polls.
 
-``RetirementActivities(kube)`` binds them to one cluster; register
-``RetirementActivities(...).all()`` on a worker with a thread-pool activity executor (the
-Kubernetes client is synchronous).
+``RetirementActivities(kube)`` binds them to one cluster (any ``kube.KubeApi``: the real
+``kube.Kube``, or the offline fake); register ``RetirementActivities(...).all()`` on a
+worker with a thread-pool activity executor (the Kubernetes client is synchronous).  A
+classified Kubernetes error leaves every activity as an ``ApplicationError`` whose type
+the workflow's retry policies name (``activities.errors``).
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from activities import drain as _drain
 from activities import labels as _labels
 from activities import publish as _publish
 from activities import withdrawal as _withdrawal
-from activities.kube import Kube
+from activities.errors import application_errors
 from activities.polling import poll_until, seconds_left
+from kube.api import KubeApi
+from kube.client import Kube
 from retirement.models import (
     Admission,
     AdmitInput,
@@ -31,44 +35,51 @@ from retirement.models import (
 )
 from retirement.phases import Verdict
 
+# ``Kube`` stays importable from here for the bed tests, the demo and the benchmark.
 __all__ = ["Kube", "RetirementActivities"]
 
 
 class RetirementActivities:
     """The activities of RetirementWorkflow, bound to one cluster."""
 
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: KubeApi) -> None:
         self._kube = kube
 
     @activity.defn(name="admit")
     def admit(self, inp: AdmitInput) -> Admission:
         """Bind the target or refuse (reads only)."""
-        return _admit.admit(self._kube, inp)
+        with application_errors():
+            return _admit.admit(self._kube, inp)
 
     @activity.defn(name="disqualify")
     def disqualify(self, inp: PhaseInput) -> Observation:
         """Remove the eligibility label from the admitted members."""
-        return _labels.disqualify(self._kube, inp.target)
+        with application_errors():
+            return _labels.disqualify(self._kube, inp.target)
 
     @activity.defn(name="withdraw")
     def withdraw(self, inp: PhaseInput) -> Observation:
         """Poll Services and routers until the target is withdrawn."""
-        return _withdrawal.withdraw(self._kube, inp)
+        with application_errors():
+            return _withdrawal.withdraw(self._kube, inp)
 
     @activity.defn(name="drain")
     def drain(self, inp: PhaseInput) -> Observation:
         """Poll the measured members until drained."""
-        return _drain.drain(self._kube, inp)
+        with application_errors():
+            return _drain.drain(self._kube, inp)
 
     @activity.defn(name="delete")
     def delete(self, inp: PhaseInput) -> DeleteResult:
         """Delete the admitted Pods (UID preconditions) and the Workload if it is theirs."""
-        return _deletion.delete(self._kube, inp.target)
+        with application_errors():
+            return _deletion.delete(self._kube, inp.target)
 
     @activity.defn(name="settle")
     def settle(self, inp: PhaseInput) -> Observation:
         """Poll until the Pods are gone and the capacity released."""
-        return _deletion.settle(self._kube, inp)
+        with application_errors():
+            return _deletion.settle(self._kube, inp)
 
     @activity.defn(name="restore")
     def restore(self, inp: PhaseInput) -> RestoreResult:
@@ -82,13 +93,15 @@ class RetirementActivities:
                                reason="; ".join(f"{k}: {v}" for k, v in held.items()))
 
         if seconds_left(inp.deadline) > 0:
-            poll_until(deadline=inp.deadline, interval=inp.poll_interval_s, once=once)
+            with application_errors():
+                poll_until(deadline=inp.deadline, interval=inp.poll_interval_s, once=once)
         return state[0]
 
     @activity.defn(name="publish")
     def publish(self, inp: PublishInput) -> None:
         """Mirror the state on the ModelDeployment, with an Event."""
-        _publish.publish(self._kube, inp)
+        with application_errors():
+            _publish.publish(self._kube, inp)
 
     def all(self) -> list[Callable[..., Any]]:
         """Every activity, for a Worker."""

@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from kubernetes import client
-from kubernetes.client.rest import ApiException
-
-from activities.kube import Kube, raise_api_error
 from activities.oneshot import valid_path, valid_port, valid_scheme
+from kube.api import KubeApi
+from kube.deployment import MalformedDeployment, ModelDeployment, Role, parse_deployment
+from kube.errors import NotFound
+from kube.objects import Container, Pod
 from retirement.models import Admission, AdmitInput, IntentKind, MemberTarget, Target
 from retirement.names import (
     ANNOTATION_PROM_PATH,
@@ -17,16 +15,12 @@ from retirement.names import (
     ANNOTATION_PROM_SCHEME,
     APP_NAME,
     ENGINE_CONTAINER,
-    GROUP,
-    KUEUE_WORKLOAD_API,
     LABEL_COMPONENT,
     LABEL_ELIGIBLE,
     LABEL_INSTANCE,
     LABEL_NAME,
     LABEL_ORDINAL,
     LABEL_ROLE_KIND,
-    PLURAL,
-    VERSION,
 )
 from retirement.readings import SERIES
 from retirement.shape import MemberPod, member_index, read_shape, select_members
@@ -36,60 +30,62 @@ class Refusal(Exception):
     """Admission is refused, with the reason."""
 
 
-def admit(kube: Kube, inp: AdmitInput) -> Admission:
+def admit(api: KubeApi, inp: AdmitInput) -> Admission:
     """Bind the target of ``inp.request`` or say why it cannot be admitted."""
     try:
-        return Admission(target=_bind(kube, inp))
+        return Admission(target=_bind(api, inp))
     except Refusal as r:
         return Admission(refusal=str(r))
 
 
-def _bind(kube: Kube, inp: AdmitInput) -> Target:
-    req = inp.request
+def _deployment(api: KubeApi, namespace: str, name: str) -> ModelDeployment:
     try:
-        md: dict[str, Any] = kube.custom.get_namespaced_custom_object(
-            GROUP, VERSION, req.namespace, PLURAL, req.deployment)
-    except ApiException as e:
-        if e.status == 404:
-            raise Refusal(f"ModelDeployment {req.namespace}/{req.deployment} not found") from e
-        raise_api_error(e, "read ModelDeployment")
-    spec = md.get("spec") or {}
-    engine = (spec.get("engine") or {}).get("name", "")
+        raw = api.get_deployment(namespace=namespace, name=name)
+    except NotFound as e:
+        raise Refusal(f"ModelDeployment {namespace}/{name} not found") from e
+    try:
+        return parse_deployment(raw)
+    except MalformedDeployment as e:
+        raise Refusal(f"ModelDeployment {namespace}/{name} is malformed: {e.reason}") from e
+
+
+def _bind(api: KubeApi, inp: AdmitInput) -> Target:
+    req = inp.request
+    md = _deployment(api, req.namespace, req.deployment)
+    engine = md.engine.name
     if engine not in SERIES:
         raise Refusal(f"engine {engine!r} is not vLLM or SGLang")
-    pods = _replica_pods(kube, req.namespace, req.deployment, req.role, req.ordinal)
+    pods = _replica_pods(api, req.namespace, req.deployment, req.role, req.ordinal)
     if not pods:
         raise Refusal(f"no Pods of role {req.role} ordinal {req.ordinal}")
     for p in pods:
-        if not p.metadata.uid:
-            raise Refusal(f"Pod {p.metadata.name} has no UID: an empty binding would match "
-                          "every Pod")
-        if p.metadata.deletion_timestamp is not None:
-            raise Refusal(f"Pod {p.metadata.name} is already terminating")
-    role = next((r for r in spec.get("roles") or [] if r.get("name") == req.role), None)
+        if not p.uid:
+            raise Refusal(f"Pod {p.name} has no UID: an empty binding would match every Pod")
+        if p.terminating:
+            raise Refusal(f"Pod {p.name} is already terminating")
+    role = md.role(req.role)
     kind = _role_kind(role, pods)
     if role is not None:
-        size = int(role.get("size", 1))
+        size = role.size
         if req.intent is IntentKind.DEPARTED_ROLE:
             raise Refusal(f"role {req.role} is still in the spec: not a departed role")
-        extra_args = [str(a) for a in role.get("extraArgs") or []]
-        cmd = role.get("command")
+        extra_args = list(role.extra_args)
+        cmd = None if role.command is None else list(role.command)
     else:
         # A departed role: its spec is gone, so its shape is read from what the Pods run.
         size = len(pods)
-        extra_args = _main_args(pods[0])
+        main = pods[0].container(ENGINE_CONTAINER)
+        extra_args = list(main.args) if main is not None else []
         cmd = None
     shape = read_shape(engine=engine, role_kind=kind, size=size, extra_args=extra_args,
                        command=cmd)
-    members = [MemberPod(name=p.metadata.name, uid=p.metadata.uid,
-                         labels=dict(p.metadata.labels or {})) for p in pods]
+    members = [_as_member(p) for p in pods]
     if req.intent is IntentKind.SURPLUS_SHED:
         named = set(req.members)
-        targets = [p for p in pods if p.metadata.name in named]
+        targets = [p for p in pods if p.name in named]
         if not named or len(targets) != len(named):
             raise Refusal(f"surplus members {sorted(named)} are not all Pods of the replica")
-        measured = {p.metadata.name for p in targets
-                    if (p.metadata.labels or {}).get(LABEL_ELIGIBLE) == "true"}
+        measured = {p.name for p in targets if p.labels.get(LABEL_ELIGIBLE) == "true"}
         if not shape.supported:
             raise Refusal(f"shape {shape.shape}: {shape.reason}")
     else:
@@ -98,73 +94,63 @@ def _bind(kube: Kube, inp: AdmitInput) -> Target:
             raise Refusal(sel.refusal)
         targets = pods
         measured = set(sel.measured)
-    bound = [_member(p, measured=p.metadata.name in measured) for p in targets]
-    workload_name, workload_uid = _workload(kube, req.namespace, {p.metadata.uid for p in pods})
-    router = (spec.get("router") or {}).get("kind")
+    bound = [_member(p, measured=p.name in measured) for p in targets]
+    workload_name, workload_uid = _workload(api, req.namespace, {p.uid for p in pods})
     return Target(
         namespace=req.namespace, deployment=req.deployment, role=req.role,
         ordinal=req.ordinal, intent=req.intent, engine=engine,
-        engine_version=str((spec.get("engine") or {}).get("version", "")),
-        shape=shape.shape.value, router=router, members=bound,
-        workload_name=workload_name, workload_uid=workload_uid,
-        observed_generation=int((md.get("status") or {}).get("observedGeneration")
-                                or md["metadata"].get("generation") or 0),
-        deployment_uid=md["metadata"].get("uid", ""),
+        engine_version=md.engine.version, shape=shape.shape.value, router=md.router,
+        members=bound, workload_name=workload_name, workload_uid=workload_uid,
+        observed_generation=md.observed_generation or md.generation or 0,
+        deployment_uid=md.uid,
     )
 
 
-def _replica_pods(kube: Kube, ns: str, md: str, role: str, ordinal: int) -> list[client.V1Pod]:
+def _replica_pods(api: KubeApi, ns: str, md: str, role: str, ordinal: int) -> list[Pod]:
     selector = (f"{LABEL_NAME}={APP_NAME},{LABEL_INSTANCE}={md},{LABEL_COMPONENT}={role},"
                 f"{LABEL_ORDINAL}={ordinal}")
-    try:
-        pods: list[client.V1Pod] = kube.core.list_namespaced_pod(
-            ns, label_selector=selector).items
-    except ApiException as e:
-        raise_api_error(e, "list Pods")
-    return sorted(pods, key=lambda p: (member_index(_as_member(p)) or 0, p.metadata.name))
+    pods = api.list_pods(namespace=ns, selector=selector)
+    return sorted(pods, key=lambda p: (member_index(_as_member(p)) or 0, p.name))
 
 
-def _as_member(p: client.V1Pod) -> MemberPod:
-    return MemberPod(name=p.metadata.name, uid=p.metadata.uid or "",
-                     labels=dict(p.metadata.labels or {}))
+def _as_member(p: Pod) -> MemberPod:
+    return MemberPod(name=p.name, uid=p.uid, labels=dict(p.labels))
 
 
-def _role_kind(role: dict[str, Any] | None, pods: list[client.V1Pod]) -> str:
+def _role_kind(role: Role | None, pods: list[Pod]) -> str:
     if role is not None:
-        declared = str(role.get("kind") or "Server")
-        labelled = {(p.metadata.labels or {}).get(LABEL_ROLE_KIND) for p in pods} - {None}
+        declared = role.kind
+        labelled = {p.labels.get(LABEL_ROLE_KIND) for p in pods} - {None}
         if labelled and labelled != {declared}:
             raise Refusal(f"role kind {declared} and the Pods' {LABEL_ROLE_KIND} "
                           f"{sorted(x for x in labelled if x)} disagree")
         return declared
-    kinds = {(p.metadata.labels or {}).get(LABEL_ROLE_KIND) or "Server" for p in pods}
+    kinds = {p.labels.get(LABEL_ROLE_KIND) or "Server" for p in pods}
     if len(kinds) != 1:
         raise Refusal(f"members disagree on {LABEL_ROLE_KIND}: {sorted(kinds)}")
     return kinds.pop()
 
 
-def _main(p: client.V1Pod) -> client.V1Container | None:
-    return next((c for c in p.spec.containers or [] if c.name == ENGINE_CONTAINER), None)
+def _serve_port(main: Container) -> int | None:
+    if not main.ports:
+        return None
+    named = next((x for x in main.ports if x.name == "http"), main.ports[0])
+    return named.container_port
 
 
-def _main_args(p: client.V1Pod) -> list[str]:
-    c = _main(p)
-    return [str(a) for a in (c.args or [])] if c is not None else []
-
-
-def _member(p: client.V1Pod, *, measured: bool) -> MemberTarget:
-    name = p.metadata.name
-    if _main(p) is None:
+def _member(p: Pod, *, measured: bool) -> MemberTarget:
+    name = p.name
+    main = p.container(ENGINE_CONTAINER)
+    if main is None:
         raise Refusal(f"Pod {name} has no {ENGINE_CONTAINER!r} container")
-    status = next((s for s in (p.status.container_statuses or [])
-                   if s.name == ENGINE_CONTAINER), None)
-    container_id = status.container_id if status is not None else None
+    status = p.container_status(ENGINE_CONTAINER)
+    container_id = status.container_id if status is not None else ""
     if not container_id:
         raise Refusal(f"container {ENGINE_CONTAINER} of {name} has no container ID (not "
                       "started)")
-    if not p.status.pod_ip:
+    if not p.pod_ip:
         raise Refusal(f"Pod {name} has no address")
-    ann = p.metadata.annotations or {}
+    ann = p.annotations
     port = scheme = path = None
     if measured:
         try:
@@ -173,32 +159,23 @@ def _member(p: client.V1Pod, *, measured: bool) -> MemberTarget:
             path = valid_path(ann.get(ANNOTATION_PROM_PATH))
         except ValueError as e:
             raise Refusal(f"member {name}: {e}; its metrics cannot be read") from e
-    main = _main(p)
-    serve_port = None
-    if main is not None and main.ports:
-        named = next((x for x in main.ports if x.name == "http"), main.ports[0])
-        serve_port = int(named.container_port)
-    labels = dict(p.metadata.labels or {})
+    labels = dict(p.labels)
     return MemberTarget(
-        pod=name, uid=p.metadata.uid, container_id=container_id,
-        restart_count=int(status.restart_count or 0) if status is not None else 0,
-        ip=p.status.pod_ip, member_index=member_index(_as_member(p)), measured=measured,
-        eligible_at_admission=labels.get(LABEL_ELIGIBLE) == "true", serve_port=serve_port,
-        metrics_port=port, metrics_scheme=scheme or "http", metrics_path=path or "/metrics",
-        labels=labels,
+        pod=name, uid=p.uid, container_id=container_id,
+        restart_count=status.restart_count if status is not None else 0,
+        ip=p.pod_ip, member_index=member_index(_as_member(p)), measured=measured,
+        eligible_at_admission=labels.get(LABEL_ELIGIBLE) == "true",
+        serve_port=_serve_port(main), metrics_port=port, metrics_scheme=scheme or "http",
+        metrics_path=path or "/metrics", labels=labels,
     )
 
 
-def _workload(kube: Kube, ns: str, uids: set[str]) -> tuple[str | None, str | None]:
-    group, version, plural = KUEUE_WORKLOAD_API
+def _workload(api: KubeApi, ns: str, uids: set[str]) -> tuple[str | None, str | None]:
     try:
-        items = kube.custom.list_namespaced_custom_object(group, version, ns, plural)["items"]
-    except ApiException as e:
-        if e.status == 404:  # Kueue is not installed
-            return None, None
-        raise_api_error(e, "list Workloads")
-    for w in items:
-        owners = {o.get("uid") for o in w["metadata"].get("ownerReferences") or []}
-        if owners & uids:
-            return w["metadata"]["name"], w["metadata"]["uid"]
+        workloads = api.list_workloads(namespace=ns)
+    except NotFound:  # Kueue is not installed
+        return None, None
+    for w in workloads:
+        if {o.uid for o in w.owners} & uids:
+            return w.name, w.uid
     return None, None

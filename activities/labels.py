@@ -1,70 +1,60 @@
 """Disqualify and restore: remove and put back the eligibility label, bound to the
-admitted UIDs (a JSON patch whose first operation tests ``metadata.uid``, so a Pod of the
-same name with another UID is never touched)."""
+admitted UIDs and to the label value last read (``kube.members.set_eligibility``), so a
+Pod of the same name with another UID is never touched and a concurrent change of the
+label is read again, never overwritten blindly."""
 
 from __future__ import annotations
 
-from kubernetes import client
-from kubernetes.client.rest import ApiException
-
-from activities.kube import Kube, raise_api_error
 from activities.probes import identity_probe, probes_supported
+from kube.api import KubeApi
+from kube.members import LabelChange, MemberGone, read_member, set_eligibility
+from kube.objects import pod_ready
 from retirement.models import MemberTarget, Observation, RestoreResult, Target
 from retirement.names import LABEL_ELIGIBLE
 from retirement.phases import Verdict
 
-_KEY = LABEL_ELIGIBLE.replace("~", "~0").replace("/", "~1")
+#: How often disqualify reads again a member whose label changed under it, per run.
+LABEL_ATTEMPTS = 3
 
 
-def _read(kube: Kube, target: Target, m: MemberTarget) -> client.V1Pod | None:
-    try:
-        pod: client.V1Pod = kube.core.read_namespaced_pod(m.pod, target.namespace)
-    except ApiException as e:
-        if e.status == 404:
-            return None
-        raise_api_error(e, f"read Pod {m.pod}")
-    return pod if pod.metadata.uid == m.uid else None
+def _lost(m: MemberTarget, change: LabelChange) -> str:
+    return f"member {m.pod} " + ("was replaced" if change is LabelChange.REPLACED
+                                 else "is gone")
 
 
-def _patch(kube: Kube, target: Target, m: MemberTarget, op: dict[str, str]) -> bool:
-    """Apply ``op`` only to the admitted UID; False when the Pod is gone or replaced."""
-    body = [{"op": "test", "path": "/metadata/uid", "value": m.uid}, op]
-    try:
-        kube.core.patch_namespaced_pod(m.pod, target.namespace, body)
-    except ApiException as e:
-        if e.status in (404, 422):  # gone, or the UID test failed: replaced
-            return False
-        raise_api_error(e, f"patch Pod {m.pod}")
-    return True
+def _take_label_off(api: KubeApi, target: Target, m: MemberTarget) -> Observation | str:
+    """The member's reading once its label is gone, or the Observation that ends the run."""
+    for _ in range(LABEL_ATTEMPTS):
+        pod = read_member(api, namespace=target.namespace, name=m.pod, uid=m.uid)
+        if isinstance(pod, MemberGone):
+            return Observation(verdict=Verdict.FAILED,
+                               reason=f"member {m.pod} is gone or replaced")
+        current = pod.labels.get(LABEL_ELIGIBLE)
+        if current is None:
+            return "label already absent"
+        change = set_eligibility(api, namespace=target.namespace, name=m.pod, uid=m.uid,
+                                 current=current, eligible=False)
+        if change is LabelChange.APPLIED:
+            return "label removed"
+        if change is not LabelChange.CHANGED:
+            return Observation(verdict=Verdict.FAILED, reason=_lost(m, change))
+    return Observation(verdict=Verdict.UNKNOWN,
+                       reason=f"the label of member {m.pod} keeps changing concurrently")
 
 
-def disqualify(kube: Kube, target: Target) -> Observation:
+def disqualify(api: KubeApi, target: Target) -> Observation:
     """Remove the label from every admitted member; VERIFIED when it is gone from all."""
     readings: dict[str, str] = {}
     for m in target.members:
-        pod = _read(kube, target, m)
-        if pod is None:
-            return Observation(verdict=Verdict.FAILED,
-                               reason=f"member {m.pod} is gone or replaced", readings=readings)
-        if (pod.metadata.labels or {}).get(LABEL_ELIGIBLE) is not None:
-            if not _patch(kube, target, m, {"op": "remove", "path": f"/metadata/labels/{_KEY}"}):
-                return Observation(verdict=Verdict.FAILED,
-                                   reason=f"member {m.pod} was replaced", readings=readings)
-            readings[m.pod] = "label removed"
-        else:
-            readings[m.pod] = "label already absent"
+        done = _take_label_off(api, target, m)
+        if isinstance(done, Observation):
+            return done.model_copy(update={"readings": readings})
+        readings[m.pod] = done
     return Observation(verdict=Verdict.VERIFIED, reason="eligibility label gone from all "
                        "members", readings=readings, polls=1)
 
 
-def _ready(pod: client.V1Pod) -> str:
-    for c in pod.status.conditions or []:
-        if c.type == "Ready":
-            return str(c.status)
-    return "Unknown"
-
-
-def restore_once(kube: Kube, target: Target, result: RestoreResult) -> RestoreResult:
+def restore_once(api: KubeApi, target: Target, result: RestoreResult) -> RestoreResult:
     """One pass of the restore rule over the members still to decide."""
     done = set(result.restored) | set(result.failed)
     group = len(target.members) > 1
@@ -72,12 +62,12 @@ def restore_once(kube: Kube, target: Target, result: RestoreResult) -> RestoreRe
     for m in target.members:
         if m.pod in done or not (m.eligible_at_admission or m.measured):
             continue
-        pod = _read(kube, target, m)
-        if pod is None:
+        pod = read_member(api, namespace=target.namespace, name=m.pod, uid=m.uid)
+        if isinstance(pod, MemberGone):
             failed[m.pod] = "gone or replaced: not the admitted UID"
             held.pop(m.pod, None)
             continue
-        ready = _ready(pod)
+        ready = pod_ready(pod)
         if ready == "False":
             failed[m.pod] = "PodReady is False"
             held.pop(m.pod, None)
@@ -94,8 +84,12 @@ def restore_once(kube: Kube, target: Target, result: RestoreResult) -> RestoreRe
             if probe:
                 held[m.pod] = probe
                 continue
-        if not _patch(kube, target, m, {"op": "add", "path": f"/metadata/labels/{_KEY}",
-                                        "value": "true"}):
+        change = set_eligibility(api, namespace=target.namespace, name=m.pod, uid=m.uid,
+                                 current=pod.labels.get(LABEL_ELIGIBLE), eligible=True)
+        if change is LabelChange.CHANGED:
+            held[m.pod] = "the label changed while restoring: read again on the next pass"
+            continue
+        if change is not LabelChange.APPLIED:
             failed[m.pod] = "replaced while restoring"
             held.pop(m.pod, None)
             continue

@@ -3,16 +3,15 @@ phase change with a Kubernetes Event (SPEC section 8)."""
 
 from __future__ import annotations
 
-import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.rest import ApiException
-
-from activities.kube import Kube, raise_api_error
+from kube.api import KubeApi
+from kube.errors import NotFound
+from kube.events import post_event
+from kube.objects import ObjectRef
 from retirement.models import PublishInput
-from retirement.names import FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION
+from retirement.names import GROUP, KIND, VERSION
 from retirement.phases import Outcome, Phase
 
 
@@ -41,24 +40,20 @@ def retirement_status(inp: PublishInput) -> dict[str, Any] | None:
     }
 
 
-def publish(kube: Kube, inp: PublishInput) -> None:
+def publish(api: KubeApi, inp: PublishInput) -> None:
     """Write the status (a merge patch of the subresource: no lost update of other status
     fields) and emit the phase's Event once (a deterministic name makes retries no-ops)."""
     body = {"status": {"retirement": retirement_status(inp)}}
     try:
-        md = kube.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, inp.namespace, PLURAL, inp.deployment, body,
-            field_manager=FIELD_MANAGER)
-    except ApiException as e:
-        if e.status == 404:  # the deployment is gone: nothing to mirror on
-            return
-        raise_api_error(e, "patch status.retirement")
-    _event(kube, inp, uid=md["metadata"].get("uid", ""))
+        md = api.patch_deployment_status(namespace=inp.namespace, name=inp.deployment,
+                                         patch=body)
+    except NotFound:  # the deployment is gone: nothing to mirror on
+        return
+    uid = (md.get("metadata") or {}).get("uid") or ""
+    _event(api, inp, uid=str(uid))
 
 
-def _event(kube: Kube, inp: PublishInput, *, uid: str) -> None:
-    key = f"{inp.workflow_id}|{inp.phase}|{inp.outcome}|{inp.phase_started_at.isoformat()}"
-    name = f"{inp.deployment}.retire-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+def _event(api: KubeApi, inp: PublishInput, *, uid: str) -> None:
     warning = inp.phase is Phase.ABORTED or inp.outcome in (Outcome.REFUSED,
                                                              Outcome.COMPLETED_UNSETTLED)
     reason = "Retirement" + (inp.outcome.value if inp.outcome is not Outcome.RUNNING
@@ -66,18 +61,11 @@ def _event(kube: Kube, inp: PublishInput, *, uid: str) -> None:
     message = f"role {inp.role} ordinal {inp.ordinal}: {inp.phase}"
     if inp.reason:
         message += f" ({inp.reason[:400]})"
-    now = datetime.now(UTC)
-    event = client.CoreV1Event(
-        metadata=client.V1ObjectMeta(name=name, namespace=inp.namespace),
-        involved_object=client.V1ObjectReference(
-            api_version=f"{GROUP}/{VERSION}", kind=KIND, name=inp.deployment,
-            namespace=inp.namespace, uid=uid),
-        reason=reason, message=message, type="Warning" if warning else "Normal",
-        source=client.V1EventSource(component=FIELD_MANAGER),
-        first_timestamp=now, last_timestamp=now, count=1,
+    post_event(
+        api,
+        about=ObjectRef(api_version=f"{GROUP}/{VERSION}", kind=KIND, namespace=inp.namespace,
+                        name=inp.deployment, uid=uid),
+        tag="retire",
+        key=f"{inp.workflow_id}|{inp.phase}|{inp.outcome}|{inp.phase_started_at.isoformat()}",
+        reason=reason, message=message, warning=warning,
     )
-    try:
-        kube.core.create_namespaced_event(inp.namespace, event)
-    except ApiException as e:
-        if e.status != 409:  # 409: this phase change was already marked
-            raise_api_error(e, "create Event")

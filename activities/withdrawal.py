@@ -6,12 +6,12 @@ from __future__ import annotations
 import time
 
 import httpx
-from kubernetes import client
 
 from activities.drain import Replaced, read_member
-from activities.kube import Kube
 from activities.polling import poll_until, resumed
 from activities.routers import observer_for
+from kube.api import KubeApi
+from kube.objects import Pod
 from retirement.models import (
     Observation,
     PhaseInput,
@@ -23,46 +23,42 @@ from retirement.names import LABEL_INSTANCE, LABEL_ROUTER
 from retirement.phases import Verdict
 
 
-def services_listing(kube: Kube, target: Target) -> dict[str, list[str]]:
+def services_listing(api: KubeApi, target: Target) -> dict[str, list[str]]:
     """Ordinary (not headless) Services that would select a member as admitted, with the
     target addresses their EndpointSlices still list."""
     addresses = {m.ip for m in target.members}
     found: dict[str, list[str]] = {}
-    for svc in kube.core.list_namespaced_service(target.namespace).items:
-        sel = svc.spec.selector or {}
-        if not sel or svc.spec.cluster_ip == "None":
+    for svc in api.list_services(namespace=target.namespace):
+        sel = svc.selector
+        if not sel or svc.headless:
             continue
         if not any(all(m.labels.get(k) == v for k, v in sel.items()) for m in target.members):
             continue
-        slices = kube.discovery.list_namespaced_endpoint_slice(
-            target.namespace,
-            label_selector=f"kubernetes.io/service-name={svc.metadata.name}").items
-        listed = sorted({a for s in slices for e in (s.endpoints or []) for a in e.addresses
-                         if a in addresses})
+        slices = api.list_endpoint_slices(namespace=target.namespace, service=svc.name)
+        listed = sorted({a for s in slices for a in s.addresses if a in addresses})
         if listed:
-            found[svc.metadata.name] = listed
+            found[svc.name] = listed
     return found
 
 
-def router_pods(kube: Kube, target: Target) -> list[client.V1Pod]:
+def router_pods(api: KubeApi, target: Target) -> list[Pod]:
     """The deployment's router Pods."""
-    pods: list[client.V1Pod] = kube.core.list_namespaced_pod(
-        target.namespace,
-        label_selector=f"{LABEL_INSTANCE}={target.deployment},{LABEL_ROUTER}").items
-    return [p for p in pods if p.metadata.deletion_timestamp is None]
+    pods = api.list_pods(namespace=target.namespace,
+                         selector=f"{LABEL_INSTANCE}={target.deployment},{LABEL_ROUTER}")
+    return [p for p in pods if not p.terminating]
 
 
-def _router_base(pod: client.V1Pod) -> str | None:
-    if not pod.status or not pod.status.pod_ip:
+def _router_base(pod: Pod) -> str | None:
+    if not pod.pod_ip:
         return None
-    for c in pod.spec.containers or []:
-        for port in c.ports or []:
+    for c in pod.containers:
+        for port in c.ports:
             if port.name == "http" or port.name is None:
-                return f"http://{pod.status.pod_ip}:{port.container_port}"
+                return f"http://{pod.pod_ip}:{port.container_port}"
     return None
 
 
-def withdraw(kube: Kube, inp: PhaseInput) -> Observation:
+def withdraw(api: KubeApi, inp: PhaseInput) -> Observation:
     """Poll until withdrawn from every Service and router, or the deadline."""
     target = inp.target
     progress: WithdrawProgress = resumed(WithdrawProgress) or WithdrawProgress()
@@ -74,22 +70,22 @@ def withdraw(kube: Kube, inp: PhaseInput) -> Observation:
 
         def once() -> Observation:
             readings: dict[str, str] = {}
-            services = services_listing(kube, target)
+            services = services_listing(api, target)
             for name, listed in services.items():
                 readings[f"service/{name}"] = f"still lists {', '.join(listed)}"
-            routers = router_pods(kube, target)
+            routers = router_pods(api, target)
             pending: list[str] = []
             if not routers:
                 if target.router:
                     pending.append(f"router {target.router} declared but no router Pod found")
                 else:
-                    verdict, why = _routerless(kube, inp, quiet)
+                    verdict, why = _routerless(api, inp, quiet)
                     readings["routers"] = why
                     if verdict is not Verdict.VERIFIED:
                         pending.append(why)
             for pod in routers:
-                kind = (pod.metadata.labels or {}).get(LABEL_ROUTER) or target.router or ""
-                name = f"router/{pod.metadata.name}"
+                kind = pod.labels.get(LABEL_ROUTER) or target.router or ""
+                name = f"router/{pod.name}"
                 obs = observer_for(kind)
                 base = _router_base(pod)
                 if obs is None or base is None:
@@ -108,7 +104,7 @@ def withdraw(kube: Kube, inp: PhaseInput) -> Observation:
                 readings[name] = f"still selects {', '.join(still)}"
                 pending.append(readings[name])
                 for url in still:  # ask actively; the next poll verifies
-                    key = f"{pod.metadata.uid}|{url}"
+                    key = f"{pod.uid}|{url}"
                     obs.remove(http, base, url, view.workers[url])
                     requested.add(key)
             if services or pending:
@@ -125,7 +121,7 @@ def withdraw(kube: Kube, inp: PhaseInput) -> Observation:
         )
 
 
-def _routerless(kube: Kube, inp: PhaseInput, quiet: dict[str, object]) -> tuple[Verdict, str]:
+def _routerless(api: KubeApi, inp: PhaseInput, quiet: dict[str, object]) -> tuple[Verdict, str]:
     """The router-less policy: hold (default), or a quiet window of unmoving counters."""
     if inp.routerless_policy is RouterlessPolicy.HOLD:
         return Verdict.UNKNOWN, ("router-less: nothing reports that client connections went "
@@ -134,7 +130,7 @@ def _routerless(kube: Kube, inp: PhaseInput, quiet: dict[str, object]) -> tuple[
     counters: dict[str, tuple[float, ...]] = {}
     for m in (m for m in target.members if m.measured):
         try:
-            s = read_member(kube, target, m)
+            s = read_member(api, target, m)
         except Replaced as e:
             return Verdict.UNKNOWN, f"router-less: member {e}"
         if not s.complete:

@@ -6,7 +6,9 @@
     retire cancel-intent NAMESPACE/DEPLOYMENT      the ordinal was re-declared
     retire start  NAMESPACE/DEPLOYMENT --role R --ordinal N   start one by hand
 
-Bad arguments exit 2 with the reason; a refused update exits 1 with the server's message.
+Bad arguments and bad connection configuration exit 2 with the reason; a refused update
+exits 1 with the server's message. The connection flags are shared with the worker and
+the watcher (``connection``): --address, --profile, --tls-cert, ... before the command.
 """
 
 from __future__ import annotations
@@ -20,14 +22,13 @@ import sys
 from typing import Any
 
 from pydantic import ValidationError
-from temporalio.client import (
-    Client,
-    RPCError,
-    WorkflowUpdateFailedError,
-)
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.client import RPCError, WorkflowUpdateFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from connection.client import connect
+from connection.errors import ConnectionConfigError
+from connection.flags import ConnectionFlags, add_connection_flags, add_task_queue_flag
+from connection.settings import ConnectionSettings, resolve
 from retirement.budgets import Budgets
 from retirement.models import (
     AbortRequest,
@@ -57,13 +58,10 @@ def parse_ref(ref: str) -> tuple[str, str]:
 
 def parser() -> argparse.ArgumentParser:
     """The argument parser."""
-    env = os.environ
     p = argparse.ArgumentParser(prog="retire", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--address", default=env.get("RETIRE_TEMPORAL_ADDRESS", "127.0.0.1:7233"))
-    p.add_argument("--namespace", default=env.get("RETIRE_TEMPORAL_NAMESPACE", "default"),
-                   help="Temporal namespace")
-    p.add_argument("--task-queue", default=env.get("RETIRE_TASK_QUEUE", "retirement"))
+    add_connection_flags(p)
+    add_task_queue_flag(p)
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("status")
     s.add_argument("ref")
@@ -96,7 +94,7 @@ def _validated(build: Any) -> Any:
                          else str(e)) from e
 
 
-async def run(args: argparse.Namespace) -> int:
+async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> int:
     """Execute one command; returns the exit code."""
     ns, md = parse_ref(args.ref)
     wid = workflow_id_for(namespace=ns, deployment=md)
@@ -109,8 +107,7 @@ async def run(args: argparse.Namespace) -> int:
             namespace=ns, deployment=md, role=args.role, ordinal=args.ordinal,
             budgets=Budgets.model_validate(json.loads(args.budgets)),
             routerless_policy=args.routerless_policy))
-    client = await Client.connect(args.address, namespace=args.namespace,
-                                  data_converter=pydantic_data_converter)
+    client = await connect(connection)
     handle = client.get_workflow_handle(wid, result_type=RetirementState)
     try:
         if args.command == "status":
@@ -153,12 +150,17 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point."""
     args = parser().parse_args(argv)
     try:
-        return asyncio.run(run(args))
+        connection = resolve(ConnectionFlags.from_args(args), environ=os.environ)
+    except ConnectionConfigError as e:
+        print(f"retire: {e}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(run(args, connection=connection))
     except UsageError as e:
         print(f"retire: {e}", file=sys.stderr)
         return 2
     except (OSError, RuntimeError) as e:
-        print(f"retire: cannot reach Temporal at {args.address}: {e}", file=sys.stderr)
+        print(f"retire: cannot reach Temporal at {connection.address}: {e}", file=sys.stderr)
         return 1
 
 

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from retirement.budgets import Budgets
 from retirement.drain import DrainProgress
 from retirement.phases import Outcome, Phase, Verdict
+from retirement.protocol import Progress
 from retirement.retry import validate_token
 
 K8S_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
@@ -233,27 +234,59 @@ class CancelIntent(_Model):
     reason: str = Field(default="the spec re-declares the ordinal", max_length=256)
 
 
-class RetirementState(_Model):
-    """Query ``state``: the whole state of the retirement."""
+class RetirementState(Progress):
+    """Query ``state``: the one state object of a retirement.
+
+    The protocol's fields (``Progress``: phase, outcome, deadlines, evidence, reasons,
+    timeline) are decided by ``retirement.protocol.decide``; the rest is what the
+    activities reported.  The workflow holds exactly this object and the query returns it.
+    """
 
     workflow_id: str
     request: RetirementRequest
-    attempt: int
-    phase: Phase
-    outcome: Outcome
     target: Target | None = None
-    started_at: datetime | None = None
-    deadline: datetime | None = None
-    phase_started_at: datetime | None = None
-    phase_deadline: datetime | None = None
     last_readings: dict[str, str] = Field(default_factory=dict)
-    reasons: list[str] = Field(default_factory=list)
-    abort_requested: str | None = None
-    last_consumed_retry_token: str | None = None
     deleted: DeleteResult | None = None
     restored: RestoreResult | None = None
+    #: Every attempt so far (earlier ones carried across continue-as-new), this one last.
     history: list[AttemptRecord] = Field(default_factory=list)
-    phase_timeline: list[tuple[Phase, datetime]] = Field(default_factory=list)
+
+    @classmethod
+    def begin(cls, *, workflow_id: str, request: RetirementRequest) -> RetirementState:
+        """The state of a new attempt of ``request``."""
+        return cls(
+            workflow_id=workflow_id,
+            request=request,
+            attempt=request.attempt,
+            last_consumed_retry_token=request.last_consumed_retry_token,
+            history=list(request.history),
+        )
+
+    def recorded(self, *, ended_at: datetime | None = None) -> RetirementState:
+        """This state with the current attempt's record brought up to date."""
+        earlier = [h for h in self.history if h.attempt != self.attempt]
+        current = [h for h in self.history if h.attempt == self.attempt]
+        if ended_at is None and current:
+            ended_at = current[0].ended_at  # an ended (held) attempt stays ended
+        record = AttemptRecord(
+            attempt=self.attempt,
+            started_at=self.started_at or ended_at or datetime.min,
+            ended_at=ended_at,
+            furthest_phase=self.furthest_phase,
+            outcome=self.outcome,
+            reason=self.reason,
+        )
+        return self.model_copy(update={"history": [*earlier, record]})
+
+    def next_request(self) -> RetirementRequest:
+        """The input of the next attempt (continue-as-new), consuming the retry token."""
+        return self.request.model_copy(
+            update={
+                "attempt": self.attempt + 1,
+                "last_consumed_retry_token": self.retry_token,
+                "history": list(self.history),
+            }
+        )
 
 
 def workflow_id_for(*, namespace: str, deployment: str) -> str:

@@ -24,7 +24,7 @@ from kubernetes import client
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities import Kube
+from kube.client import Kube
 from retirement.models import RetirementState, workflow_id_for
 from retirement.names import GROUP, PLURAL, VERSION
 from retirement.phases import Outcome

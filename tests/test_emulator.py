@@ -6,7 +6,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +24,8 @@ from testbed.emulator import (
     EngineKind,
     PodEngineSpec,
 )
+from testbed.procs import free_port
+from tests.helpers import eventually
 
 _prom_parse: Callable[[str], Iterable[Any]] | None
 try:
@@ -34,6 +35,7 @@ except ImportError:  # pragma: no cover - prometheus_client is a project depende
 
 LOOPBACK = "127.0.0.1"
 FAST = 0.3
+QUICK = 3.0  # how long a wait for the emulator's state may take (it moves in milliseconds)
 
 VLLM_SERIES = (
     "vllm:num_requests_running",
@@ -75,23 +77,6 @@ def parse(text: str) -> Samples:
         )
         out.setdefault(name, []).append((labels, float(value)))
     return out
-
-
-def free_port() -> int:
-    """A port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_until(pred: Callable[[], bool], timeout: float = 3.0) -> bool:
-    """Poll ``pred`` until true or ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return pred()
 
 
 @pytest.fixture
@@ -237,7 +222,11 @@ def test_vllm_request_moves_gauges_and_counters(
 ) -> None:
     emu = make(EngineKind.VLLM, dp_ranks=2, request_seconds=0.5)
     bg = vllm_request(emu)
-    assert wait_until(lambda: total(scrape(client, emu), "vllm:num_requests_running") == 1.0)
+    assert eventually(
+        lambda: total(scrape(client, emu), "vllm:num_requests_running") == 1.0,
+        timeout=QUICK,
+        interval=0.02,
+    )
     during = scrape(client, emu)
     assert total(during, "vllm:prompt_tokens_total") == 4.0  # prompt counted at start
     assert total(during, "vllm:generation_tokens_total") == 0.0
@@ -256,7 +245,11 @@ def test_vllm_dp_requests_spread_over_engines(
 ) -> None:
     emu = make(EngineKind.VLLM, dp_ranks=2, request_seconds=0.5)
     calls = [vllm_request(emu) for _ in range(2)]
-    assert wait_until(lambda: total(scrape(client, emu), "vllm:num_requests_running") == 2.0)
+    assert eventually(
+        lambda: total(scrape(client, emu), "vllm:num_requests_running") == 2.0,
+        timeout=QUICK,
+        interval=0.02,
+    )
     per_engine = [v for _, v in scrape(client, emu)["vllm:num_requests_running"]]
     assert per_engine == [1.0, 1.0]
     for bg in calls:
@@ -269,7 +262,11 @@ def test_sglang_counters_move_only_at_finish(
 ) -> None:
     emu = make(EngineKind.SGLANG, request_seconds=0.5)
     bg = sglang_request(emu)
-    assert wait_until(lambda: total(scrape(client, emu), "sglang:num_running_reqs") == 1.0)
+    assert eventually(
+        lambda: total(scrape(client, emu), "sglang:num_running_reqs") == 1.0,
+        timeout=QUICK,
+        interval=0.02,
+    )
     during = scrape(client, emu)
     assert total(during, "sglang:num_requests_total") == 0.0
     assert total(during, "sglang:generation_tokens_total") == 0.0
@@ -467,7 +464,7 @@ def test_frontend_hidden_request_is_not_in_gauges(
     emu = make(EngineKind.VLLM, request_seconds=0.1)
     emu.set_frontend_hidden(0.6)
     bg = vllm_request(emu)
-    assert wait_until(lambda: emu.in_flight == 1)
+    assert eventually(lambda: emu.in_flight == 1, timeout=QUICK, interval=0.02)
     samples = scrape(client, emu)
     assert total(samples, "vllm:num_requests_running") == 0.0
     assert total(samples, "vllm:num_requests_waiting") == 0.0
@@ -495,7 +492,7 @@ def test_restart_resets_counters_and_cuts_requests(
     assert total(scrape(client, emu), "vllm:generation_tokens_total") == 3.0
     emu.set_stale_gauges(5)
     slow = vllm_request(emu, emulate_seconds=5.0)
-    assert wait_until(lambda: emu.in_flight == 1)
+    assert eventually(lambda: emu.in_flight == 1, timeout=QUICK, interval=0.02)
     emu.restart()
     slow.join()
     assert slow.error is not None  # cut, no complete response
@@ -583,7 +580,7 @@ def test_stop_refuses_connections_and_cuts_in_flight(
     assert client.get(url(emu, "/health")).status_code == 200
     plain = vllm_request(emu)
     streamed = vllm_request(emu, stream=True)
-    assert wait_until(lambda: emu.in_flight == 2)
+    assert eventually(lambda: emu.in_flight == 2, timeout=QUICK, interval=0.02)
     start = time.monotonic()
     emu.stop()
     assert time.monotonic() - start < 2.0
@@ -757,17 +754,26 @@ def test_main_runs_a_hub_until_sigterm(client: httpx.Client) -> None:
 
 def test_hub_replaces_an_emulator_whose_address_is_reused() -> None:
     """A new Pod on a deleted Pod's address: the stale emulator is stopped, not a 500."""
-    from testbed.emulator import EmulatorHub
-    from testbed.procs import free_port
-
     hub = EmulatorHub("127.0.0.1", 0)
     try:
         port, metrics = free_port(), free_port()
-        spec = PodEngineSpec(name="old", engine=EngineKind.VLLM, serve_host="127.0.0.1",
-                             serve_port=port, metrics_port=metrics)
+        spec = PodEngineSpec(
+            name="old",
+            engine=EngineKind.VLLM,
+            serve_host="127.0.0.1",
+            serve_port=port,
+            metrics_port=metrics,
+        )
         hub.add(spec)
-        hub.add(PodEngineSpec(name="new", engine=EngineKind.VLLM, serve_host="127.0.0.1",
-                              serve_port=port, metrics_port=free_port()))
+        hub.add(
+            PodEngineSpec(
+                name="new",
+                engine=EngineKind.VLLM,
+                serve_host="127.0.0.1",
+                serve_port=port,
+                metrics_port=free_port(),
+            )
+        )
         assert hub.names() == ["new"]
     finally:
         hub.shutdown()

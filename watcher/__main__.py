@@ -17,56 +17,30 @@ import socket
 import sys
 import threading
 import uuid
-from typing import Any
 
 from kubernetes import config as kconfig
-from kubernetes import watch
-from kubernetes.client.rest import ApiException
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.kube import Kube
+from connection.client import connect_retrying
+from connection.errors import ConnectionConfigError
+from connection.flags import ConnectionFlags, add_connection_flags, add_task_queue_flag
+from connection.settings import resolve
+from kube.client import Kube
+from kube.watching import Resource, watch_changes
 from retirement.budgets import Budgets
 from retirement.models import RouterlessPolicy
-from retirement.names import APP_NAME, GROUP, LABEL_NAME, PLURAL, VERSION
 from watcher.metrics import Health, WatcherMetrics, serve_health
 from watcher.reconcile import Reconciler, WatcherSettings
 
 log = logging.getLogger("retire-watcher")
 
 
-def watch_forever(kube: Kube, kind: str, trigger: threading.Event, stop: threading.Event,
-                  metrics: WatcherMetrics) -> None:
+def watch_forever(kube: Kube, kind: Resource, trigger: threading.Event,
+                  stop: threading.Event, metrics: WatcherMetrics) -> None:
     """List+watch ``kind`` and set ``trigger`` on every change, until ``stop``."""
-    while not stop.is_set():
-        try:
-            if kind == "pods":
-                lister: Any = kube.core.list_pod_for_all_namespaces
-                kwargs: dict[str, Any] = {"label_selector": f"{LABEL_NAME}={APP_NAME}"}
-            else:
-                lister = kube.custom.list_cluster_custom_object
-                kwargs = {"group": GROUP, "version": VERSION, "plural": PLURAL}
-            listing = lister(**kwargs)
-            rv = (listing.metadata.resource_version if kind == "pods"
-                  else listing["metadata"]["resourceVersion"])
-            trigger.set()
-            w = watch.Watch()
-            for _event in w.stream(lister, resource_version=rv, allow_watch_bookmarks=True,
-                                   timeout_seconds=60, **kwargs):
-                if _event.get("type") != "BOOKMARK":
-                    trigger.set()
-                if stop.is_set():
-                    w.stop()
-        except ApiException as e:
-            if e.status != 410:  # 410 Gone: re-list from scratch
-                log.warning("watch %s: %s", kind, e.reason)
-                stop.wait(1)
-        except Exception as e:
-            log.warning("watch %s: %s", kind, e)
-            stop.wait(1)
-        metrics.watch_restarts.labels(resource=kind).inc()
+    watch_changes(kube, kind, on_change=trigger.set, stop=stop,
+                  on_restart=metrics.watch_restarts.labels(resource=kind).inc)
 
 
 async def act(rec: Reconciler, *, resync: float, stop: threading.Event, health: Health,
@@ -82,28 +56,12 @@ async def act(rec: Reconciler, *, resync: float, stop: threading.Event, health: 
         await asyncio.to_thread(trigger.wait, resync)
 
 
-async def connect(address: str, namespace: str, stop: threading.Event) -> Client | None:
-    """Connect to Temporal, retrying while it is down (it may be for a while)."""
-    delay = 1.0
-    while not stop.is_set():
-        try:
-            return await Client.connect(address, namespace=namespace,
-                                        data_converter=pydantic_data_converter)
-        except RuntimeError as e:
-            log.warning("Temporal at %s not reachable (%s); retrying in %.0f s", address,
-                        str(e).splitlines()[0][:120], delay)
-            await asyncio.to_thread(stop.wait, delay)
-            delay = min(delay * 2, 15.0)
-    return None
-
-
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """Flags (defaults from the environment)."""
     env = os.environ
     p = argparse.ArgumentParser(prog="retire-watcher", description=__doc__)
-    p.add_argument("--address", default=env.get("RETIRE_TEMPORAL_ADDRESS", "127.0.0.1:7233"))
-    p.add_argument("--namespace", default=env.get("RETIRE_TEMPORAL_NAMESPACE", "default"))
-    p.add_argument("--task-queue", default=env.get("RETIRE_TASK_QUEUE", "retirement"))
+    add_connection_flags(p)
+    add_task_queue_flag(p, environ=env)
     p.add_argument("--kubeconfig", default=env.get("KUBECONFIG") or None)
     p.add_argument("--watch-namespace", action="append", default=None,
                    help="reconcile only these Kubernetes namespaces (repeatable)")
@@ -128,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     a = parse(argv)
     try:
+        connection = resolve(ConnectionFlags.from_args(a), environ=os.environ)
+    except ConnectionConfigError as e:
+        print(f"retire-watcher: {e}", file=sys.stderr)
+        return 2
+    try:
         budgets = Budgets.model_validate_json(a.budgets)
     except ValueError as e:
         print(f"retire-watcher: --budgets: {e}", file=sys.stderr)
@@ -149,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                              daemon=True).start()
 
         async def run() -> None:
-            client = await connect(a.address, a.namespace, stop)
+            client = await connect_retrying(connection, stop=stop)
             if client is None:
                 return
             rec = Reconciler(kube=kube, temporal=client, metrics=metrics,

@@ -15,19 +15,20 @@ crash or a restart loses nothing.  Per deployment it:
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.rest import ApiException
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.kube import Kube
+from kube.api import KubeApi
+from kube.deployment import MalformedDeployment, ModelDeployment, parse_deployment
+from kube.errors import KubeError
+from kube.events import post_event
+from kube.members import LabelChange, set_eligibility
+from kube.objects import ObjectRef, Pod, pod_ready
 from retirement.budgets import Budgets
 from retirement.intents import Intent, PodView, RoleSpec, derive_intents
 from retirement.models import (
@@ -42,7 +43,6 @@ from retirement.models import (
 from retirement.names import (
     ANNOTATION_RETRY,
     APP_NAME,
-    FIELD_MANAGER,
     GROUP,
     KIND,
     LABEL_COMPONENT,
@@ -50,7 +50,6 @@ from retirement.names import (
     LABEL_INSTANCE,
     LABEL_NAME,
     LABEL_ORDINAL,
-    PLURAL,
     VERSION,
 )
 from retirement.phases import Outcome
@@ -60,7 +59,6 @@ from watcher.metrics import WatcherMetrics
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
 
 log = logging.getLogger("retire-watcher")
-_KEY = LABEL_ELIGIBLE.replace("/", "~1")
 
 
 @dataclass(frozen=True)
@@ -77,41 +75,52 @@ class WatcherSettings:
 class Reconciler:
     """The watcher's reconcile logic over one cluster and one Temporal namespace."""
 
-    kube: Kube
+    kube: KubeApi
     temporal: Client
     settings: WatcherSettings
     metrics: WatcherMetrics
     namespaces: list[str] | None = None  # None: every namespace
 
     async def reconcile_all(self) -> None:
-        """One pass over every ModelDeployment."""
+        """One pass over every ModelDeployment (a malformed one is reported and skipped)."""
         with self.metrics.reconcile_seconds.time():
-            for md in self._deployments():
+            for raw in self._deployments():
+                try:
+                    md = parse_deployment(raw)
+                except MalformedDeployment as e:
+                    self._malformed(e)
+                    continue
                 try:
                     await self.reconcile(md)
-                except (ApiException, RPCError) as e:
-                    log.warning("reconcile %s/%s: %s", md["metadata"]["namespace"],
-                                md["metadata"]["name"], e)
+                except (KubeError, RPCError) as e:
+                    log.warning("reconcile %s/%s: %s", md.namespace, md.name, e)
 
     def _deployments(self) -> list[dict[str, Any]]:
         if self.namespaces is None:
-            items: list[dict[str, Any]] = self.kube.custom.list_cluster_custom_object(
-                GROUP, VERSION, PLURAL)["items"]
-            return items
+            return self.kube.list_deployments()
         out: list[dict[str, Any]] = []
         for ns in self.namespaces:
-            out += self.kube.custom.list_namespaced_custom_object(GROUP, VERSION, ns,
-                                                                  PLURAL)["items"]
+            out += self.kube.list_deployments(namespace=ns)
         return out
 
-    async def reconcile(self, md: dict[str, Any]) -> None:
+    def _malformed(self, e: MalformedDeployment) -> None:
+        """Touch nothing of a deployment that cannot be read; say why, once per reason."""
+        log.warning("%s: skipped", e)
+        if not e.name or not e.namespace:
+            return
+        about = ObjectRef(api_version=f"{GROUP}/{VERSION}", kind=KIND, namespace=e.namespace,
+                          name=e.name, uid=e.uid)
+        try:
+            self._event(about, "DeploymentInvalid", f"not reconciled: {e.reason}", e.reason)
+        except KubeError as err:
+            log.warning("event for %s/%s: %s", e.namespace, e.name, err)
+
+    async def reconcile(self, md: ModelDeployment) -> None:
         """One pass over one deployment."""
-        ns, name = md["metadata"]["namespace"], md["metadata"]["name"]
-        pods = self.kube.core.list_namespaced_pod(
-            ns, label_selector=f"{LABEL_NAME}={APP_NAME},{LABEL_INSTANCE}={name}").items
-        roles = [RoleSpec(name=str(r.get("name")), replicas=int(r.get("replicas", 0)),
-                          size=int(r.get("size", 1)))
-                 for r in (md.get("spec") or {}).get("roles") or []]
+        ns, name = md.namespace, md.name
+        pods = self.kube.list_pods(namespace=ns,
+                                   selector=f"{LABEL_NAME}={APP_NAME},{LABEL_INSTANCE}={name}")
+        roles = [RoleSpec(name=r.name, replicas=r.replicas, size=r.size) for r in md.roles]
         intents = derive_intents(roles, [_view(p) for p in pods])
         self.metrics.intents_seen.inc(len(intents))
         wid = workflow_id_for(namespace=ns, deployment=name)
@@ -175,21 +184,21 @@ class Reconciler:
                 CancelIntent(reason=f"the spec re-declares {req.role} ordinal {req.ordinal}"))
             log.info("%s: ordinal re-declared: cancel-intent sent", wid)
 
-    async def _retry_annotation(self, md: dict[str, Any],
+    async def _retry_annotation(self, md: ModelDeployment,
                                 state: RetirementState | None) -> None:
-        value = (md["metadata"].get("annotations") or {}).get(ANNOTATION_RETRY)
+        value = md.annotations.get(ANNOTATION_RETRY)
         if value is None:
             return
-        ns, name = md["metadata"]["namespace"], md["metadata"]["name"]
+        ns, name = md.namespace, md.name
         try:
             ann = parse_retry_annotation(value)
         except ValueError as e:
-            self._event(md, "RetryAnnotationInvalid", f"{ANNOTATION_RETRY}: {e}", value)
+            self._event(md.ref, "RetryAnnotationInvalid", f"{ANNOTATION_RETRY}: {e}", value)
             return
-        last = ((md.get("status") or {}).get("retirement") or {}).get("lastConsumedRetryToken")
+        last = md.last_consumed_retry_token
         if state is None or (state.request.role, state.request.ordinal) != (ann.role,
                                                                              ann.ordinal):
-            self._event(md, "RetryAnnotationIgnored",
+            self._event(md.ref, "RetryAnnotationIgnored",
                         f"no retirement of {ann.role}:{ann.ordinal} is running", value)
         elif ann.token == last or ann.token == state.last_consumed_retry_token:
             log.info("%s/%s: retry token %s is a replay: ignored", ns, name, ann.token)
@@ -197,92 +206,63 @@ class Reconciler:
             res = await self.temporal.get_workflow_handle(
                 workflow_id_for(namespace=ns, deployment=name)).execute_update(
                 RetirementWorkflow.retry, RetryRequest(token=ann.token))
-            self._event(md, "RetryDelivered", f"token {ann.token}: {res.decision}", value)
+            self._event(md.ref, "RetryDelivered", f"token {ann.token}: {res.decision}", value)
         self._clear_annotation(md)
 
     # ------------------------------------------------------------ Kubernetes
 
-    def _clear_annotation(self, md: dict[str, Any]) -> None:
-        self.kube.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, md["metadata"]["namespace"], PLURAL, md["metadata"]["name"],
-            {"metadata": {"annotations": {ANNOTATION_RETRY: None},
-                          "resourceVersion": md["metadata"]["resourceVersion"]}})
+    def _clear_annotation(self, md: ModelDeployment) -> None:
+        self.kube.patch_deployment(
+            namespace=md.namespace, name=md.name,
+            patch={"metadata": {"annotations": {ANNOTATION_RETRY: None},
+                                "resourceVersion": md.resource_version}})
 
-    def _event(self, md: dict[str, Any], reason: str, message: str, key: str) -> None:
-        ns, name = md["metadata"]["namespace"], md["metadata"]["name"]
-        digest = hashlib.sha256(f"{reason}|{key}".encode()).hexdigest()[:16]
-        now = datetime.now(UTC)
-        event = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(name=f"{name}.watch-{digest}", namespace=ns),
-            involved_object=client.V1ObjectReference(
-                api_version=f"{GROUP}/{VERSION}", kind=KIND, name=name, namespace=ns,
-                uid=md["metadata"].get("uid")),
-            reason=reason, message=message[:1000], type="Warning" if "Invalid" in reason
-            else "Normal", source=client.V1EventSource(component=FIELD_MANAGER),
-            first_timestamp=now, last_timestamp=now, count=1)
-        try:
-            self.kube.core.create_namespaced_event(ns, event)
-        except ApiException as e:
-            if e.status != 409:  # already said
-                raise
+    def _event(self, about: ObjectRef, reason: str, message: str, key: str) -> None:
+        post_event(self.kube, about=about, tag="watch", key=f"{reason}|{key}", reason=reason,
+                   message=message, warning="Invalid" in reason)
 
-    def _maintain_eligibility(self, md: dict[str, Any], pods: list[client.V1Pod],
+    def _maintain_eligibility(self, md: ModelDeployment, pods: list[Pod],
                               state: RetirementState | None) -> None:
-        spec = md.get("spec") or {}
-        engine = (spec.get("engine") or {}).get("name", "")
         protected: set[str] = set()
         if state is not None:
             protected |= {m.uid for m in (state.target.members if state.target else [])}
             req = state.request
-            protected |= {p.metadata.uid for p in pods
-                          if (p.metadata.labels or {}).get(LABEL_COMPONENT) == req.role
-                          and (p.metadata.labels or {}).get(LABEL_ORDINAL) == str(req.ordinal)}
-        groups: dict[tuple[str, str], list[client.V1Pod]] = {}
+            protected |= {p.uid for p in pods
+                          if p.labels.get(LABEL_COMPONENT) == req.role
+                          and p.labels.get(LABEL_ORDINAL) == str(req.ordinal)}
+        groups: dict[tuple[str, str], list[Pod]] = {}
         for p in pods:
-            labels = p.metadata.labels or {}
-            if p.metadata.deletion_timestamp is None:
-                groups.setdefault((labels.get(LABEL_COMPONENT, ""),
-                                   labels.get(LABEL_ORDINAL, "")), []).append(p)
+            if not p.terminating:
+                groups.setdefault((p.labels.get(LABEL_COMPONENT, ""),
+                                   p.labels.get(LABEL_ORDINAL, "")), []).append(p)
         for (role_name, _ordinal), members in groups.items():
-            role = next((r for r in spec.get("roles") or [] if r.get("name") == role_name), None)
+            role = md.role(role_name)
             if role is None:
                 continue  # a departed role: its retirement decides
-            size = int(role.get("size", 1))
-            if len(members) != size:
+            if len(members) != role.size:
                 continue  # surplus or incomplete: undecidable now, touch nothing
-            shape = read_shape(engine=engine, role_kind=str(role.get("kind") or "Server"),
-                               size=size, extra_args=[str(a) for a in role.get("extraArgs")
-                                                      or []], command=role.get("command"))
-            sel = select_members(shape=shape, size=size, members=[
-                MemberPod(name=p.metadata.name, uid=p.metadata.uid,
-                          labels=dict(p.metadata.labels or {})) for p in members])
+            shape = read_shape(engine=md.engine.name, role_kind=role.kind, size=role.size,
+                               extra_args=role.extra_args, command=role.command)
+            sel = select_members(shape=shape, size=role.size, members=[
+                MemberPod(name=p.name, uid=p.uid, labels=dict(p.labels)) for p in members])
             if not sel.ok:
                 continue
             for p in members:
-                if p.metadata.uid in protected:
+                if p.uid in protected:
                     continue
-                should = p.metadata.name in sel.measured and _ready(p)
-                has = (p.metadata.labels or {}).get(LABEL_ELIGIBLE) == "true"
-                if should != has:
-                    self._set_label(p, should)
+                should = p.name in sel.measured and pod_ready(p) == "True"
+                current = p.labels.get(LABEL_ELIGIBLE)
+                if should != (current == "true"):
+                    self._set_label(p, should, current)
 
-    def _set_label(self, pod: client.V1Pod, on: bool) -> None:
-        op = ({"op": "add", "path": f"/metadata/labels/{_KEY}", "value": "true"} if on
-              else {"op": "remove", "path": f"/metadata/labels/{_KEY}"})
-        try:
-            self.kube.core.patch_namespaced_pod(
-                pod.metadata.name, pod.metadata.namespace,
-                [{"op": "test", "path": "/metadata/uid", "value": pod.metadata.uid}, op])
+    def _set_label(self, pod: Pod, on: bool, current: str | None) -> None:
+        """Bound to the UID and the value just read; a Pod that changed meanwhile is left
+        to the next pass."""
+        change = set_eligibility(self.kube, namespace=pod.namespace, name=pod.name,
+                                 uid=pod.uid, current=current, eligible=on)
+        if change is LabelChange.APPLIED:
             self.metrics.labels_set.labels(value="true" if on else "removed").inc()
-        except ApiException as e:
-            if e.status not in (404, 422):
-                raise
 
 
-def _view(p: client.V1Pod) -> PodView:
-    return PodView(name=p.metadata.name, labels=dict(p.metadata.labels or {}),
-                   terminating=p.metadata.deletion_timestamp is not None)
-
-
-def _ready(p: client.V1Pod) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+def _view(p: Pod) -> PodView:
+    return PodView(name=p.name, labels=dict(p.labels), terminating=p.terminating)

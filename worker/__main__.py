@@ -1,4 +1,8 @@
-"""``python -m worker``: host RetirementWorkflow and its activities until SIGINT/SIGTERM."""
+"""``python -m worker``: host RetirementWorkflow and its activities until SIGINT/SIGTERM.
+
+Only the process around the worker lives here: parse (``worker.config``), connect
+(``connection``), run ``worker.build.build_worker`` until a signal.
+"""
 
 from __future__ import annotations
 
@@ -8,29 +12,20 @@ import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Worker
-
-from activities import Kube, RetirementActivities
+from connection.client import connect
+from connection.errors import ConnectionConfigError
+from kube.client import Kube
+from worker.build import build_worker
 from worker.config import WorkerConfig
-from workflows.retirement import RetirementWorkflow
+
+__all__ = ["build_worker", "main", "serve"]  # build_worker: re-exported for older importers
 
 log = logging.getLogger("retire-worker")
 
 
-def build_worker(client: Client, *, task_queue: str, kube: Kube,
-                 executor: ThreadPoolExecutor) -> Worker:
-    """A worker for one task queue and one cluster."""
-    return Worker(client, task_queue=task_queue, workflows=[RetirementWorkflow],
-                  activities=RetirementActivities(kube).all(), activity_executor=executor,
-                  max_concurrent_activities=executor._max_workers)
-
-
 async def serve(cfg: WorkerConfig) -> None:
     """Connect, run the worker, and shut it down gracefully on a signal."""
-    client = await Client.connect(cfg.address, namespace=cfg.namespace, tls=cfg.tls,
-                                  api_key=cfg.api_key, data_converter=pydantic_data_converter)
+    client = await connect(cfg.connection)
     kube = Kube.from_config(kubeconfig=cfg.kubeconfig)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -39,16 +34,19 @@ async def serve(cfg: WorkerConfig) -> None:
     with ThreadPoolExecutor(max_workers=cfg.max_concurrent_activities) as executor:
         worker = build_worker(client, task_queue=cfg.task_queue, kube=kube, executor=executor)
         async with worker:
-            log.info("worker on %s namespace %s task queue %s", cfg.address, cfg.namespace,
-                     cfg.task_queue)
+            log.info("worker on %s task queue %s", cfg.connection.describe(), cfg.task_queue)
             await stop.wait()
             log.info("shutting down: finishing in-flight activity attempts")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point."""
+    """Entry point: 2 for bad configuration, 1 when Temporal or the cluster cannot be used."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    cfg = WorkerConfig.parse(argv)
+    try:
+        cfg = WorkerConfig.parse(argv)
+    except ConnectionConfigError as e:
+        print(f"retire-worker: {e}", file=sys.stderr)
+        return 2
     try:
         asyncio.run(serve(cfg))
     except (OSError, RuntimeError) as e:

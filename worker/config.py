@@ -1,45 +1,57 @@
-"""Worker configuration from flags and the environment (flags win)."""
+"""Worker configuration: the shared Temporal connection flags plus the worker's own."""
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from connection.flags import ConnectionFlags, add_connection_flags, add_task_queue_flag
+from connection.settings import ConnectionSettings, resolve
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class WorkerConfig:
     """Where the worker connects and what it serves."""
 
-    address: str
-    namespace: str
+    connection: ConnectionSettings
     task_queue: str
     kubeconfig: str | None
-    tls: bool
-    api_key: str | None
     max_concurrent_activities: int
 
     @classmethod
-    def parse(cls, argv: list[str] | None = None) -> WorkerConfig:
-        """Parse ``argv`` (defaults from RETIRE_* environment variables)."""
-        env = os.environ
-        p = argparse.ArgumentParser(prog="retire-worker",
-                                    description="Hosts RetirementWorkflow and its activities.")
-        p.add_argument("--address", default=env.get("RETIRE_TEMPORAL_ADDRESS", "127.0.0.1:7233"))
-        p.add_argument("--namespace", default=env.get("RETIRE_TEMPORAL_NAMESPACE", "default"))
-        p.add_argument("--task-queue", default=env.get("RETIRE_TASK_QUEUE", "retirement"))
-        p.add_argument("--kubeconfig", default=env.get("KUBECONFIG") or None,
-                       help="kubeconfig file (default: in-cluster configuration)")
-        p.add_argument("--tls", action="store_true",
-                       default=env.get("RETIRE_TEMPORAL_TLS", "") in ("1", "true"))
-        p.add_argument("--api-key", default=env.get("RETIRE_TEMPORAL_API_KEY") or None)
-        p.add_argument("--max-concurrent-activities", type=int,
-                       default=int(env.get("RETIRE_MAX_ACTIVITIES", "16")))
+    def parse(
+        cls, argv: list[str] | None = None, *, environ: Mapping[str, str] = os.environ
+    ) -> WorkerConfig:
+        """Parse ``argv``; usage errors exit 2, a bad connection raises ConnectionConfigError."""
+        p = parser(environ=environ)
         a = p.parse_args(argv)
         if a.max_concurrent_activities < 1:
             p.error("--max-concurrent-activities must be at least 1")
-        if ":" not in a.address:
-            p.error(f"--address {a.address!r} must be host:port")
-        return cls(address=a.address, namespace=a.namespace, task_queue=a.task_queue,
-                   kubeconfig=a.kubeconfig, tls=bool(a.tls or a.api_key), api_key=a.api_key,
-                   max_concurrent_activities=a.max_concurrent_activities)
+        return cls(
+            connection=resolve(ConnectionFlags.from_args(a), environ=environ),
+            task_queue=a.task_queue,
+            kubeconfig=a.kubeconfig,
+            max_concurrent_activities=a.max_concurrent_activities,
+        )
+
+
+def parser(*, environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParser:
+    """The worker's flags (worker defaults from KUBECONFIG and RETIRE_MAX_ACTIVITIES)."""
+    p = argparse.ArgumentParser(
+        prog="retire-worker", description="Hosts RetirementWorkflow and its activities."
+    )
+    add_connection_flags(p)
+    add_task_queue_flag(p, environ=environ)
+    p.add_argument(
+        "--kubeconfig",
+        default=environ.get("KUBECONFIG") or None,
+        help="kubeconfig file (default: in-cluster configuration)",
+    )
+    p.add_argument(
+        "--max-concurrent-activities",
+        type=int,
+        default=int(environ.get("RETIRE_MAX_ACTIVITIES", "16")),
+    )
+    return p

@@ -41,25 +41,11 @@ def namespace(bed: Bed) -> str:
     return name
 
 
-def model_deployment(name: str, *, engine: str = "vLLM", replicas: int = 2, size: int = 1,
-                     router: str | None = None, extra_args: list[str] | None = None,
-                     role: str = "server", version: str = "0.29.0") -> dict[str, Any]:
-    """A ModelDeployment manifest."""
-    spec: dict[str, Any] = {
-        "engine": {"name": engine, "version": version},
-        "roles": [{"name": role, "kind": "Server", "replicas": replicas, "size": size,
-                   "extraArgs": extra_args or []}],
-    }
-    if router:
-        spec["router"] = {"kind": router}
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ModelDeployment",
-            "metadata": {"name": name}, "spec": spec}
-
-
 def create_md(api: client.ApiClient, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
     """Create a ModelDeployment."""
     result: dict[str, Any] = client.CustomObjectsApi(api).create_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, manifest)
+        GROUP, VERSION, namespace, PLURAL, manifest
+    )
     return result
 
 

@@ -30,8 +30,9 @@ from retirement.names import (
     VERSION,
 )
 from retirement.phases import Outcome, Phase
-from testbed.bed import Bed, wait_for
-from tests.bed.conftest import create_md, model_deployment
+from testbed.bed import Bed
+from tests.bed.conftest import create_md
+from tests.helpers import eventually, eventually_async, eventually_in_thread, model_deployment
 from worker.__main__ import build_worker
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
 
@@ -56,8 +57,13 @@ async def ctx(bed: Bed, dev_env: WorkflowEnvironment, namespace: str) -> AsyncIt
     kube = Kube.from_config(kubeconfig=str(bed.cp.kubeconfig))
     with ThreadPoolExecutor(max_workers=8) as pool:
         async with build_worker(dev_env.client, task_queue=queue, kube=kube, executor=pool):
-            yield Ctx(bed=bed, client=dev_env.client, queue=queue,
-                      core=client.CoreV1Api(bed.api_client()), ns=namespace)
+            yield Ctx(
+                bed=bed,
+                client=dev_env.client,
+                queue=queue,
+                core=client.CoreV1Api(bed.api_client()),
+                ns=namespace,
+            )
 
 
 def pods_of(ctx: Ctx, md: str, ordinal: int | None = None) -> list[client.V1Pod]:
@@ -69,18 +75,34 @@ def pods_of(ctx: Ctx, md: str, ordinal: int | None = None) -> list[client.V1Pod]
 
 def serving(ctx: Ctx, md: str, n: int) -> list[client.V1Pod]:
     def check() -> list[client.V1Pod] | None:
-        ps = [p for p in pods_of(ctx, md) if (p.metadata.labels or {}).get(LABEL_ELIGIBLE)
-              and p.status.pod_ip]
+        ps = [
+            p
+            for p in pods_of(ctx, md)
+            if (p.metadata.labels or {}).get(LABEL_ELIGIBLE) and p.status.pod_ip
+        ]
         return ps if len(ps) == n else None
-    result: list[client.V1Pod] = wait_for(f"{n} serving pods of {md}", check, timeout=60)
+
+    result: list[client.V1Pod] = eventually(
+        check, what=f"{n} serving pods of {md}", timeout=60, ignore=(Exception,)
+    )
     return result
 
 
-async def deploy(ctx: Ctx, name: str, *, engine: str = "vLLM", router: bool = True,
-                 request_seconds: float = 1.0, **kw: Any) -> str | None:
+async def deploy(
+    ctx: Ctx,
+    name: str,
+    *,
+    engine: str = "vLLM",
+    router: bool = True,
+    request_seconds: float = 1.0,
+    **kw: Any,
+) -> str | None:
     api = ctx.bed.api_client()
-    create_md(api, ctx.ns, model_deployment(name, engine=engine,
-                                            router="sglang-gateway" if router else None, **kw))
+    create_md(
+        api,
+        ctx.ns,
+        model_deployment(name, engine=engine, router="sglang-gateway" if router else None, **kw),
+    )
     ctx.bed.operator(ctx.ns, request_seconds=request_seconds)
     await asyncio.to_thread(serving, ctx, name, kw.get("replicas", 2))
     if not router:
@@ -94,59 +116,89 @@ def scale(ctx: Ctx, name: str, replicas: int) -> None:
     md = co.get_namespaced_custom_object(GROUP, VERSION, ctx.ns, PLURAL, name)
     roles = md["spec"]["roles"]
     roles[0]["replicas"] = replicas
-    co.patch_namespaced_custom_object(GROUP, VERSION, ctx.ns, PLURAL, name,
-                                      {"spec": {"roles": roles}})
+    co.patch_namespaced_custom_object(
+        GROUP, VERSION, ctx.ns, PLURAL, name, {"spec": {"roles": roles}}
+    )
 
 
-async def retire(ctx: Ctx, name: str, ordinal: int, budgets: Budgets = SHORT,
-                 ) -> WorkflowHandle[Any, RetirementState]:
-    req = RetirementRequest(namespace=ctx.ns, deployment=name, role="server", ordinal=ordinal,
-                            budgets=budgets)
+async def retire(
+    ctx: Ctx,
+    name: str,
+    ordinal: int,
+    budgets: Budgets = SHORT,
+) -> WorkflowHandle[Any, RetirementState]:
+    req = RetirementRequest(
+        namespace=ctx.ns, deployment=name, role="server", ordinal=ordinal, budgets=budgets
+    )
     return await ctx.client.start_workflow(
-        RetirementWorkflow.run, req, id=workflow_id_for(namespace=ctx.ns, deployment=name),
-        task_queue=ctx.queue, result_type=RetirementState,
-        search_attributes=initial_search_attributes(req))
+        RetirementWorkflow.run,
+        req,
+        id=workflow_id_for(namespace=ctx.ns, deployment=name),
+        task_queue=ctx.queue,
+        result_type=RetirementState,
+        search_attributes=initial_search_attributes(req),
+    )
 
 
-async def retire_routerless(ctx: Ctx, name: str, *, budgets: Budgets, quiet_s: float,
-                            ) -> WorkflowHandle[Any, RetirementState]:
+async def retire_routerless(
+    ctx: Ctx,
+    name: str,
+    *,
+    budgets: Budgets,
+    quiet_s: float,
+) -> WorkflowHandle[Any, RetirementState]:
     """Retire ordinal 1 of a router-less deployment under the quiet-window policy."""
-    req = RetirementRequest(namespace=ctx.ns, deployment=name, role="server", ordinal=1,
-                            budgets=budgets, routerless_policy="quiet-window",
-                            quiet_window_s=quiet_s)
+    req = RetirementRequest(
+        namespace=ctx.ns,
+        deployment=name,
+        role="server",
+        ordinal=1,
+        budgets=budgets,
+        routerless_policy="quiet-window",
+        quiet_window_s=quiet_s,
+    )
     return await ctx.client.start_workflow(
-        RetirementWorkflow.run, req, id=workflow_id_for(namespace=ctx.ns, deployment=name),
-        task_queue=ctx.queue, result_type=RetirementState)
+        RetirementWorkflow.run,
+        req,
+        id=workflow_id_for(namespace=ctx.ns, deployment=name),
+        task_queue=ctx.queue,
+        result_type=RetirementState,
+    )
 
 
 def phase_durations(st: RetirementState) -> dict[str, float]:
     tl = st.phase_timeline
-    return {str(p): round((tl[i + 1][1] - t).total_seconds(), 2)
-            for i, (p, t) in enumerate(tl[:-1])}
+    return {
+        str(p): round((tl[i + 1][1] - t).total_seconds(), 2) for i, (p, t) in enumerate(tl[:-1])
+    }
 
 
-async def until(handle: WorkflowHandle[Any, RetirementState],
-                check: Callable[[RetirementState], bool], timeout: float = 60,
-                ) -> RetirementState:
+async def until(
+    handle: WorkflowHandle[Any, RetirementState],
+    check: Callable[[RetirementState], bool],
+    timeout: float = 60,
+) -> RetirementState:
     """Query the retirement until ``check`` holds."""
-    end = time.monotonic() + timeout
-    while True:
-        st: RetirementState = await handle.query(RetirementWorkflow.state)
-        if check(st):
-            return st
-        if time.monotonic() > end:
-            raise AssertionError(f"{st.phase} {st.outcome} {st.reasons}")
-        await asyncio.sleep(0.2)
+    return await eventually_async(
+        lambda: handle.query(RetirementWorkflow.state),
+        accept=check,
+        what="retirement state",
+        timeout=timeout,
+    )
 
 
-async def wait_state(handle: WorkflowHandle[Any, RetirementState], phase: Phase,
-                     ) -> RetirementState:
+async def wait_state(
+    handle: WorkflowHandle[Any, RetirementState],
+    phase: Phase,
+) -> RetirementState:
     """Until the retirement is in ``phase``."""
     return await until(handle, lambda st: st.phase is phase)
 
 
-async def wait_for_outcome(handle: WorkflowHandle[Any, RetirementState], outcome: Outcome,
-                           ) -> RetirementState:
+async def wait_for_outcome(
+    handle: WorkflowHandle[Any, RetirementState],
+    outcome: Outcome,
+) -> RetirementState:
     """Until the retirement's outcome is ``outcome``."""
     return await until(handle, lambda st: st.outcome is outcome)
 
@@ -171,25 +223,32 @@ async def test_full_retirement_deletes_only_the_retired_replica(ctx: Ctx, engine
     wall = time.monotonic() - t0
     assert st.outcome is Outcome.COMPLETED, st.reasons
     assert st.deleted is not None and st.deleted.deleted == [victim.metadata.name]
-    await asyncio.to_thread(wait_for, "victim gone",
-                            lambda: not pods_of(ctx, name, 1), timeout=20)
+    await eventually_in_thread(
+        lambda: not pods_of(ctx, name, 1), what="victim gone", timeout=20, ignore=(Exception,)
+    )
     left = {p.metadata.name: p.metadata.uid for p in pods_of(ctx, name, 0)}
     assert left == keep  # the other replica is untouched
-    assert all((p.metadata.labels or {}).get(LABEL_ELIGIBLE) == "true"
-               for p in pods_of(ctx, name, 0))
+    assert all(
+        (p.metadata.labels or {}).get(LABEL_ELIGIBLE) == "true" for p in pods_of(ctx, name, 0)
+    )
     with httpx.Client(trust_env=False, timeout=5) as http:
         urls = {w["url"] for w in http.get(router + "/workers").json()["workers"]}
     assert f"http://{victim.status.pod_ip}:8000" not in urls
     # status.retirement is cleared (no operation) and each phase left an Event.
     md = client.CustomObjectsApi(ctx.bed.api_client()).get_namespaced_custom_object(
-        GROUP, VERSION, ctx.ns, PLURAL, name)
+        GROUP, VERSION, ctx.ns, PLURAL, name
+    )
     assert (md.get("status") or {}).get("retirement") is None
     events = ctx.core.list_namespaced_event(ctx.ns).items
     reasons = {e.reason for e in events if e.involved_object.name == name}
     assert {"RetirementDraining", "RetirementDeleting", "RetirementCompleted"} <= reasons
     events, executions = await history_cost(handle)
-    TIMINGS[engine] = {**phase_durations(st), "wall": round(wall, 2),
-                       "history_events": events, "executions": executions}
+    TIMINGS[engine] = {
+        **phase_durations(st),
+        "wall": round(wall, 2),
+        "history_events": events,
+        "executions": executions,
+    }
     print(f"\n{engine} retirement: {TIMINGS[engine]}")
 
 
@@ -199,8 +258,7 @@ async def test_busy_engine_aborts_at_drain_budget_and_restores(ctx: Ctx) -> None
     victim = pods_of(ctx, name, 1)[0]
     hub = ctx.bed.operators[-1].hub_pod(victim.metadata.uid)
     ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [3, 1]})
-    budgets = Budgets(overall_s=60, withdrawal_s=20, drain_s=6, settle_s=10,
-                      poll_interval_s=0.5)
+    budgets = Budgets(overall_s=60, withdrawal_s=20, drain_s=6, settle_s=10, poll_interval_s=0.5)
     handle = await retire_routerless(ctx, name, budgets=budgets, quiet_s=1)
     st = await wait_state(handle, Phase.ABORTED)
     st = await wait_for_outcome(handle, Outcome.ABORTED)
@@ -217,8 +275,9 @@ async def test_port_annotation_not_a_number_is_refused_without_exec(ctx: Ctx) ->
     name = "badport"
     await deploy(ctx, name, router=False)
     victim = pods_of(ctx, name, 1)[0]
-    ctx.core.patch_namespaced_pod(victim.metadata.name, ctx.ns,
-                                  {"metadata": {"annotations": {ANNOTATION_PROM_PORT: "80a"}}})
+    ctx.core.patch_namespaced_pod(
+        victim.metadata.name, ctx.ns, {"metadata": {"annotations": {ANNOTATION_PROM_PORT: "80a"}}}
+    )
     handle = await retire(ctx, name, 1)
     st = await handle.result()
     assert st.outcome is Outcome.REFUSED
@@ -234,8 +293,7 @@ async def test_replaced_pod_mid_drain_survives(ctx: Ctx) -> None:
     victim = pods_of(ctx, name, 1)[0]
     hub = ctx.bed.operators[-1].hub_pod(victim.metadata.uid)
     ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [1, 0]})  # hold the drain
-    budgets = Budgets(overall_s=60, withdrawal_s=20, drain_s=30, settle_s=10,
-                      poll_interval_s=0.5)
+    budgets = Budgets(overall_s=60, withdrawal_s=20, drain_s=30, settle_s=10, poll_interval_s=0.5)
     handle = await retire_routerless(ctx, name, budgets=budgets, quiet_s=1)
     await wait_state(handle, Phase.DRAINING)
     # Someone else replaces the Pod: same name, new UID (the stand-in operator recreates it).
@@ -245,7 +303,9 @@ async def test_replaced_pod_mid_drain_survives(ctx: Ctx) -> None:
         ps = pods_of(ctx, name, 1)
         return ps[0] if ps and ps[0].metadata.uid != victim.metadata.uid else None
 
-    new = await asyncio.to_thread(wait_for, "replacement", replacement, timeout=30)
+    new = await eventually_in_thread(
+        replacement, what="replacement", timeout=30, ignore=(Exception,)
+    )
     st = await wait_for_outcome(handle, Outcome.ABORTED)
     assert any("replaced" in r or "gone" in r for r in st.reasons), st.reasons
     await asyncio.sleep(1)
@@ -260,18 +320,31 @@ async def test_container_restart_mid_drain_reads_unknown_then_aborts(ctx: Ctx) -
     victim = pods_of(ctx, name, 1)[0]
     hub = ctx.bed.operators[-1].hub_pod(victim.metadata.uid)
     ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [1, 0]})
-    budgets = Budgets(overall_s=60, withdrawal_s=20, drain_s=8, settle_s=10,
-                      poll_interval_s=0.5)
+    budgets = Budgets(overall_s=60, withdrawal_s=20, drain_s=8, settle_s=10, poll_interval_s=0.5)
     handle = await retire_routerless(ctx, name, budgets=budgets, quiet_s=1)
     await wait_state(handle, Phase.DRAINING)
     # The container restarts: the engine comes back idle, with a new container ID.
     ctx.bed.hub_call("POST", f"/pods/{hub}/restart")
     main = next(s for s in victim.status.container_statuses if s.name == "main")
-    ctx.core.patch_namespaced_pod_status(victim.metadata.name, ctx.ns, {"status": {
-        "containerStatuses": [{"name": "main", "image": main.image, "imageID": "",
-                               "ready": True, "restartCount": 1,
-                               "containerID": main.container_id + "-r1",
-                               "state": {"running": {}}}]}})
+    ctx.core.patch_namespaced_pod_status(
+        victim.metadata.name,
+        ctx.ns,
+        {
+            "status": {
+                "containerStatuses": [
+                    {
+                        "name": "main",
+                        "image": main.image,
+                        "imageID": "",
+                        "ready": True,
+                        "restartCount": 1,
+                        "containerID": main.container_id + "-r1",
+                        "state": {"running": {}},
+                    }
+                ]
+            }
+        },
+    )
     st = await wait_for_outcome(handle, Outcome.ABORTED)
     assert any("restarted" in v for v in st.last_readings.values()), st.last_readings
     pod = ctx.core.read_namespaced_pod(victim.metadata.name, ctx.ns)
@@ -324,8 +397,7 @@ async def test_frontend_request_is_caught_by_the_counter_check(ctx: Ctx) -> None
     await deploy(ctx, name, router=False, request_seconds=0.1)
     victim = pods_of(ctx, name, 1)[0]
     hub = ctx.bed.operators[-1].hub_pod(victim.metadata.uid)
-    budgets = Budgets(overall_s=90, withdrawal_s=30, drain_s=40, settle_s=20,
-                      poll_interval_s=4.0)
+    budgets = Budgets(overall_s=90, withdrawal_s=30, drain_s=40, settle_s=20, poll_interval_s=4.0)
     handle = await retire_routerless(ctx, name, budgets=budgets, quiet_s=0.1)
     await wait_state(handle, Phase.DRAINING)
     # Sent after the drain's first read began: hidden in the front end for 2.5 s, then it
@@ -344,8 +416,10 @@ async def test_frontend_request_is_caught_by_the_counter_check(ctx: Ctx) -> None
 def _one_request(ip: str) -> tuple[int, float]:
     with httpx.Client(trust_env=False, timeout=30) as http:
         try:
-            r = http.post(f"http://{ip}:8000/v1/completions",
-                          json={"model": "m", "prompt": "p", "max_tokens": 16})
+            r = http.post(
+                f"http://{ip}:8000/v1/completions",
+                json={"model": "m", "prompt": "p", "max_tokens": 16},
+            )
         except httpx.HTTPError:
             return 0, time.time()
         return r.status_code, time.time()
@@ -355,25 +429,27 @@ async def test_leader_served_group_measures_the_leader_and_restores_by_probe(ctx
     """A 2-member leader-served replica: only the leader is measured; on abort the leader
     gets its label back only after its identity-bound probe answers (vLLM 0.29.0)."""
     name = "group"
-    create_md(ctx.bed.api_client(), ctx.ns, model_deployment(
-        name, replicas=2, size=2, extra_args=["--data-parallel-size", "2"]))
+    create_md(
+        ctx.bed.api_client(),
+        ctx.ns,
+        model_deployment(name, replicas=2, size=2, extra_args=["--data-parallel-size", "2"]),
+    )
     op = ctx.bed.operator(ctx.ns)
     await asyncio.to_thread(serving, ctx, name, 2)  # the two leaders
     members = sorted(pods_of(ctx, name, 1), key=lambda p: p.metadata.name)
-    leader = next(p for p in members if p.metadata.labels[
-        "modeldeployment.gpustack.ai/member-index"] == "0")
+    leader = next(
+        p for p in members if p.metadata.labels["modeldeployment.gpustack.ai/member-index"] == "0"
+    )
     hub = op.hub_pod(leader.metadata.uid)
     ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [1, 0]})
-    budgets = Budgets(overall_s=60, withdrawal_s=20, drain_s=5, settle_s=10,
-                      poll_interval_s=0.5)
+    budgets = Budgets(overall_s=60, withdrawal_s=20, drain_s=5, settle_s=10, poll_interval_s=0.5)
     handle = await retire_routerless(ctx, name, budgets=budgets, quiet_s=0.5)
     st = await wait_for_outcome(handle, Outcome.ABORTED)
     assert st.target is not None and st.target.shape == "LeaderServed"
     assert st.target.measured == (leader.metadata.name,)
     assert sorted(st.target.uids) == sorted(p.metadata.uid for p in members)
     assert st.restored is not None and st.restored.restored == [leader.metadata.name]
-    labels = {p.metadata.name: p.metadata.labels.get(LABEL_ELIGIBLE)
-              for p in pods_of(ctx, name, 1)}
+    labels = {p.metadata.name: p.metadata.labels.get(LABEL_ELIGIBLE) for p in pods_of(ctx, name, 1)}
     assert labels[leader.metadata.name] == "true"
     assert all(v is None for k, v in labels.items() if k != leader.metadata.name)
     await finish(handle)

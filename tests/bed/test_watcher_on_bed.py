@@ -9,7 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from kubernetes import client
@@ -21,17 +21,21 @@ from retirement.budgets import Budgets
 from retirement.models import IntentKind, RetirementState, workflow_id_for
 from retirement.names import ANNOTATION_RETRY, GROUP, LABEL_ELIGIBLE, PLURAL, VERSION
 from retirement.phases import Outcome, Phase
-from testbed.bed import Bed, wait_for
+from testbed.bed import Bed
 from testbed.procs import Child
-from tests.bed.conftest import create_md, model_deployment
+from tests.bed.conftest import create_md
 from tests.bed.test_retirement_on_bed import Ctx, pods_of, retire_routerless, scale, serving
+from tests.helpers import eventually_async, eventually_in_thread, model_deployment, role
 from worker.__main__ import build_worker
 from workflows.retirement import RetirementWorkflow
 
 pytestmark = [pytest.mark.bed, pytest.mark.asyncio(loop_scope="session")]
 
-BUDGETS = ('{"overall_s": 60, "withdrawal_s": 15, "drain_s": 8, "settle_s": 15, '
-           '"poll_interval_s": 0.5}')
+T = TypeVar("T")
+
+BUDGETS = (
+    '{"overall_s": 60, "withdrawal_s": 15, "drain_s": 8, "settle_s": 15, "poll_interval_s": 0.5}'
+)
 
 
 @dataclass
@@ -42,25 +46,52 @@ class WatchCtx(Ctx):
     def watcher(self, *extra: str, name: str = "watcher") -> Child:
         child = Child(
             name=name,
-            argv=[sys.executable, "-m", "watcher", "--kubeconfig", str(self.bed.cp.kubeconfig),
-                  "--address", self.target, "--task-queue", self.queue,
-                  "--watch-namespace", self.ns, "--resync", "1", "--budgets", BUDGETS,
-                  "--routerless-policy", "quiet-window", "--quiet-window", "0.5", *extra],
-            log_path=self.bed.state_dir / "logs" / f"{name}-{self.ns}.log")
+            argv=[
+                sys.executable,
+                "-m",
+                "watcher",
+                "--kubeconfig",
+                str(self.bed.cp.kubeconfig),
+                "--address",
+                self.target,
+                "--task-queue",
+                self.queue,
+                "--watch-namespace",
+                self.ns,
+                "--resync",
+                "1",
+                "--budgets",
+                BUDGETS,
+                "--routerless-policy",
+                "quiet-window",
+                "--quiet-window",
+                "0.5",
+                *extra,
+            ],
+            log_path=self.bed.state_dir / "logs" / f"{name}-{self.ns}.log",
+        )
         self.watchers.append(child)
         return child
 
 
 @pytest.fixture
-async def wctx(bed: Bed, dev_env: WorkflowEnvironment, namespace: str,
-               ) -> AsyncIterator[WatchCtx]:
+async def wctx(
+    bed: Bed,
+    dev_env: WorkflowEnvironment,
+    namespace: str,
+) -> AsyncIterator[WatchCtx]:
     queue = f"retire-{uuid.uuid4().hex[:8]}"
     kube = Kube.from_config(kubeconfig=str(bed.cp.kubeconfig))
     with ThreadPoolExecutor(max_workers=8) as pool:
         async with build_worker(dev_env.client, task_queue=queue, kube=kube, executor=pool):
-            ctx = WatchCtx(bed=bed, client=dev_env.client, queue=queue,
-                           core=client.CoreV1Api(bed.api_client()), ns=namespace,
-                           target=dev_env.client.service_client.config.target_host)
+            ctx = WatchCtx(
+                bed=bed,
+                client=dev_env.client,
+                queue=queue,
+                core=client.CoreV1Api(bed.api_client()),
+                ns=namespace,
+                target=dev_env.client.service_client.config.target_host,
+            )
             try:
                 yield ctx
             finally:
@@ -68,8 +99,12 @@ async def wctx(bed: Bed, dev_env: WorkflowEnvironment, namespace: str,
                     w.stop(timeout=5)
 
 
-async def eventually(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
-    return await asyncio.to_thread(wait_for, what, check, timeout=timeout, interval=0.3)
+async def bed_read(check: Callable[[], T | None], *, what: str, timeout: float = 60) -> T:
+    """Poll a blocking read of the bed until it answers (a read may fail while objects
+    appear), off the event loop that the worker shares."""
+    return await eventually_in_thread(
+        check, what=what, timeout=timeout, interval=0.3, ignore=(Exception,)
+    )
 
 
 async def held_victim(ctx: WatchCtx, name: str, *, running: int) -> tuple[client.V1Pod, str]:
@@ -85,20 +120,17 @@ async def held_victim(ctx: WatchCtx, name: str, *, running: int) -> tuple[client
     return victim, hub
 
 
-async def until_state(ctx: WatchCtx, name: str, check: Callable[[RetirementState], bool],
-                      timeout: float = 30) -> RetirementState:
+async def until_state(
+    ctx: WatchCtx, name: str, check: Callable[[RetirementState], bool], timeout: float = 30
+) -> RetirementState:
     """Query the deployment's retirement until ``check`` holds (it may not exist yet)."""
-    end = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            st = await state(ctx, name)
-            if check(st):
-                return st
-        except Exception:
-            pass
-        if asyncio.get_running_loop().time() > end:
-            raise AssertionError(f"retirement of {name} never reached the wanted state")
-        await asyncio.sleep(0.2)
+    return await eventually_async(
+        lambda: state(ctx, name),
+        accept=check,
+        timeout=timeout,
+        what=f"retirement of {name} reaching the wanted state",
+        ignore=(Exception,),
+    )
 
 
 async def runs(client_: Client, wid: str) -> list[Any]:
@@ -118,27 +150,32 @@ async def test_scale_3_to_1_retires_two_replicas_one_after_the_other(wctx: Watch
     await asyncio.to_thread(serving, wctx, name, 3)
     wctx.watcher()
     scale(wctx, name, 1)
-    await eventually("only ordinal 0 left", lambda: [
-        p.metadata.labels["modeldeployment.gpustack.ai/pod-ordinal"]
-        for p in pods_of(wctx, name)] == ["0"], timeout=90)
+    await bed_read(
+        lambda: (
+            [
+                p.metadata.labels["modeldeployment.gpustack.ai/pod-ordinal"]
+                for p in pods_of(wctx, name)
+            ]
+            == ["0"]
+        ),
+        what="only ordinal 0 left",
+        timeout=90,
+    )
     wid = workflow_id_for(namespace=wctx.ns, deployment=name)
 
     async def two_closed() -> list[Any]:
         rs = await runs(wctx.client, wid)
         return rs if len(rs) == 2 and all(r.close_time for r in rs) else []
 
-    for _ in range(40):
-        rs = await two_closed()
-        if rs:
-            break
-        await asyncio.sleep(0.5)
+    rs = await eventually_async(two_closed, what="two closed runs", timeout=20, interval=0.5)
     assert len(rs) == 2
     first, second = sorted(rs, key=lambda r: r.start_time)
     assert second.start_time >= first.close_time  # strictly one after the other
     ordinals = []
     for r in (first, second):
         st: RetirementState = await wctx.client.get_workflow_handle(
-            wid, run_id=r.run_id, result_type=RetirementState).result()
+            wid, run_id=r.run_id, result_type=RetirementState
+        ).result()
         assert st.outcome is Outcome.COMPLETED, st.reasons
         ordinals.append(st.request.ordinal)
     assert ordinals == [2, 1]  # the highest first
@@ -152,8 +189,9 @@ async def test_scale_back_up_mid_drain_retains_capacity(wctx: WatchCtx) -> None:
     scale(wctx, name, 1)
     await until_state(wctx, name, lambda st: st.phase is Phase.DRAINING)
     scale(wctx, name, 2)
-    h = wctx.client.get_workflow_handle(workflow_id_for(namespace=wctx.ns, deployment=name),
-                                        result_type=RetirementState)
+    h = wctx.client.get_workflow_handle(
+        workflow_id_for(namespace=wctx.ns, deployment=name), result_type=RetirementState
+    )
     st: RetirementState = await asyncio.wait_for(h.result(), 60)
     assert st.outcome is Outcome.CAPACITY_RETAINED, st.reasons
     pod = wctx.core.read_namespaced_pod(victim.metadata.name, wctx.ns)
@@ -163,20 +201,29 @@ async def test_scale_back_up_mid_drain_retains_capacity(wctx: WatchCtx) -> None:
 
 def annotate(ctx: Ctx, name: str, value: str | None) -> None:
     client.CustomObjectsApi(ctx.bed.api_client()).patch_namespaced_custom_object(
-        GROUP, VERSION, ctx.ns, PLURAL, name, {"metadata": {"annotations": {
-            ANNOTATION_RETRY: value}}})
+        GROUP,
+        VERSION,
+        ctx.ns,
+        PLURAL,
+        name,
+        {"metadata": {"annotations": {ANNOTATION_RETRY: value}}},
+    )
 
 
 def annotation(ctx: Ctx, name: str) -> str | None:
     md = client.CustomObjectsApi(ctx.bed.api_client()).get_namespaced_custom_object(
-        GROUP, VERSION, ctx.ns, PLURAL, name)
+        GROUP, VERSION, ctx.ns, PLURAL, name
+    )
     value: str | None = (md["metadata"].get("annotations") or {}).get(ANNOTATION_RETRY)
     return value
 
 
 def events(ctx: Ctx, name: str) -> dict[str, str]:
-    return {e.reason: e.message for e in ctx.core.list_namespaced_event(ctx.ns).items
-            if e.involved_object.name == name}
+    return {
+        e.reason: e.message
+        for e in ctx.core.list_namespaced_event(ctx.ns).items
+        if e.involved_object.name == name
+    }
 
 
 async def test_retry_annotation_fresh_attempt_replay_and_malformed(wctx: WatchCtx) -> None:
@@ -188,23 +235,25 @@ async def test_retry_annotation_fresh_attempt_replay_and_malformed(wctx: WatchCt
     assert (await state(wctx, name)).outcome is Outcome.ABORTED
     # A malformed annotation: an Event with the reason, nothing else.
     annotate(wctx, name, "server:one:t1")
-    await eventually("invalid annotation event",
-                     lambda: "RetryAnnotationInvalid" in events(wctx, name))
+    await bed_read(
+        lambda: "RetryAnnotationInvalid" in events(wctx, name), what="invalid annotation event"
+    )
     assert "not a non-negative integer" in events(wctx, name)["RetryAnnotationInvalid"]
     assert (await state(wctx, name)).attempt == 1
     # A valid token: delivered, cleared, a fresh attempt that completes once the engine idles.
     wctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"clear": True})
     annotate(wctx, name, "server:1:t1")
-    await eventually("annotation cleared", lambda: annotation(wctx, name) is None)
-    await eventually("victim deleted", lambda: not pods_of(wctx, name, 1), timeout=60)
+    await bed_read(lambda: annotation(wctx, name) is None, what="annotation cleared")
+    await bed_read(lambda: not pods_of(wctx, name, 1), what="victim deleted")
     wid = workflow_id_for(namespace=wctx.ns, deployment=name)
     final: RetirementState = await wctx.client.get_workflow_handle(
-        wid, result_type=RetirementState).result()
+        wid, result_type=RetirementState
+    ).result()
     assert final.outcome is Outcome.COMPLETED and final.attempt == 2
     assert final.last_consumed_retry_token == "t1"
     # The same token again: a replay, ignored (nothing runs; the annotation is cleared).
     annotate(wctx, name, "server:1:t1")
-    await eventually("replay cleared", lambda: annotation(wctx, name) is None)
+    await bed_read(lambda: annotation(wctx, name) is None, what="replay cleared")
     assert len(await runs(wctx.client, wid)) == 2  # the original run and its continuation
 
 
@@ -219,12 +268,13 @@ async def test_watcher_killed_mid_retirement_no_duplicate(wctx: WatchCtx) -> Non
     wctx.watcher(name="watcher-b")
     await asyncio.sleep(2)
     wctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"clear": True})
-    await eventually("victim deleted", lambda: not pods_of(wctx, name, 1), timeout=60)
+    await bed_read(lambda: not pods_of(wctx, name, 1), what="victim deleted")
     wid = workflow_id_for(namespace=wctx.ns, deployment=name)
     rs = await runs(wctx.client, wid)
     assert len(rs) == 1  # no duplicate workflow
     st: RetirementState = await wctx.client.get_workflow_handle(
-        wid, result_type=RetirementState).result()
+        wid, result_type=RetirementState
+    ).result()
     assert st.outcome is Outcome.COMPLETED
 
 
@@ -242,16 +292,16 @@ async def test_two_watchers_one_acts_and_failover(wctx: WatchCtx) -> None:
     def holder() -> str:
         return str(coord.read_namespaced_lease("retire-watcher", wctx.ns).spec.holder_identity)
 
-    assert await eventually("a leads", lambda: holder() == "a")
+    assert await bed_read(lambda: holder() == "a", what="a leads")
     scale(wctx, name, 2)
-    await eventually("ordinal 2 retired", lambda: not pods_of(wctx, name, 2), timeout=60)
+    await bed_read(lambda: not pods_of(wctx, name, 2), what="ordinal 2 retired")
     assert "leading" in a.log_tail(200) and "leading" not in b.log_tail(200)
     assert "started retirement" not in b.log_tail(200)  # exactly one acts
     a.kill()
     wctx.watchers.remove(a)
-    assert await eventually("b takes over", lambda: holder() == "b", timeout=30)
+    assert await bed_read(lambda: holder() == "b", what="b takes over", timeout=30)
     scale(wctx, name, 1)
-    await eventually("ordinal 1 retired by b", lambda: not pods_of(wctx, name, 1), timeout=60)
+    await bed_read(lambda: not pods_of(wctx, name, 1), what="ordinal 1 retired by b")
     assert "started retirement" in b.log_tail(200)
 
 
@@ -261,8 +311,9 @@ async def test_scale_down_under_load_fails_no_request(wctx: WatchCtx) -> None:
     from testbed.load import Load
 
     name = "loaded"
-    create_md(wctx.bed.api_client(), wctx.ns,
-              model_deployment(name, replicas=2, router="sglang-gateway"))
+    create_md(
+        wctx.bed.api_client(), wctx.ns, model_deployment(name, replicas=2, router="sglang-gateway")
+    )
     wctx.bed.operator(wctx.ns)
     await asyncio.to_thread(serving, wctx, name, 2)
     url = await asyncio.to_thread(wctx.bed.start_sglang_router, wctx.ns, name)
@@ -270,68 +321,90 @@ async def test_scale_down_under_load_fails_no_request(wctx: WatchCtx) -> None:
     load = Load(url, streams=20, min_s=1, max_s=5, max_duration_s=120).start()
     await asyncio.sleep(4)
     scale(wctx, name, 1)
-    await eventually("replica retired", lambda: not pods_of(wctx, name, 1), timeout=90)
+    await bed_read(lambda: not pods_of(wctx, name, 1), what="replica retired", timeout=90)
     await asyncio.sleep(3)
     ok, failed = await asyncio.to_thread(load.stop)
-    print(f"\nwatcher-driven scale-down under load: {ok} ok, {failed} failed "
-          f"{dict(load.failures)}")
+    print(f"\nwatcher-driven scale-down under load: {ok} ok, {failed} failed {dict(load.failures)}")
     assert ok > 20 and failed == 0, load.failures
 
 
 async def test_departed_role_is_retired_replica_by_replica(wctx: WatchCtx) -> None:
     name = "departed"
     manifest = model_deployment(name, replicas=1)
-    manifest["spec"]["roles"].append({"name": "old", "kind": "Server", "replicas": 2,
-                                      "size": 1})
+    manifest["spec"]["roles"].append(role("old", replicas=2))
     create_md(wctx.bed.api_client(), wctx.ns, manifest)
     wctx.bed.operator(wctx.ns)
     await asyncio.to_thread(serving, wctx, name, 3)
     wctx.watcher()
     co = client.CustomObjectsApi(wctx.bed.api_client())
-    co.patch_namespaced_custom_object(GROUP, VERSION, wctx.ns, PLURAL, name, {"spec": {
-        "roles": [{"name": "server", "kind": "Server", "replicas": 1, "size": 1}]}})
-    await eventually("old role gone", lambda: [
-        p.metadata.name for p in pods_of(wctx, name)] == [f"{name}-server-0"], timeout=90)
+    co.patch_namespaced_custom_object(
+        GROUP, VERSION, wctx.ns, PLURAL, name, {"spec": {"roles": [role("server", replicas=1)]}}
+    )
+    await bed_read(
+        lambda: [p.metadata.name for p in pods_of(wctx, name)] == [f"{name}-server-0"],
+        what="old role gone",
+        timeout=90,
+    )
     wid = workflow_id_for(namespace=wctx.ns, deployment=name)
-    rs = []
-    for _ in range(40):
-        rs = [r for r in await runs(wctx.client, wid) if r.close_time]
-        if len(rs) == 2:
-            break
-        await asyncio.sleep(0.5)
+
+    async def closed() -> list[Any]:
+        return [r for r in await runs(wctx.client, wid) if r.close_time]
+
+    rs = await eventually_async(
+        closed, accept=lambda rs: len(rs) == 2, what="two closed runs", timeout=20, interval=0.5
+    )
     done = []
     for r in sorted(rs, key=lambda r: r.start_time):
         st: RetirementState = await wctx.client.get_workflow_handle(
-            wid, run_id=r.run_id, result_type=RetirementState).result()
+            wid, run_id=r.run_id, result_type=RetirementState
+        ).result()
         done.append((st.request.intent, st.request.role, st.request.ordinal, st.outcome))
-    assert done == [(IntentKind.DEPARTED_ROLE, "old", 1, Outcome.COMPLETED),
-                    (IntentKind.DEPARTED_ROLE, "old", 0, Outcome.COMPLETED)]
+    assert done == [
+        (IntentKind.DEPARTED_ROLE, "old", 1, Outcome.COMPLETED),
+        (IntentKind.DEPARTED_ROLE, "old", 0, Outcome.COMPLETED),
+    ]
 
 
 async def test_orphan_left_by_a_terminated_workflow_is_repaired(wctx: WatchCtx) -> None:
     name = "orphan"
     victim, _hub = await held_victim(wctx, name, running=1)
     # A retirement started by hand (no intent: the spec still declares ordinal 1) ...
-    handle = await retire_routerless(wctx, name, quiet_s=0.5, budgets=Budgets(
-        overall_s=120, withdrawal_s=20, drain_s=60, settle_s=10, poll_interval_s=0.5))
-    for _ in range(100):
-        if (await handle.query(RetirementWorkflow.state)).phase is Phase.DRAINING:
-            break
-        await asyncio.sleep(0.2)
+    handle = await retire_routerless(
+        wctx,
+        name,
+        quiet_s=0.5,
+        budgets=Budgets(
+            overall_s=120, withdrawal_s=20, drain_s=60, settle_s=10, poll_interval_s=0.5
+        ),
+    )
+    await eventually_async(
+        lambda: handle.query(RetirementWorkflow.state),
+        accept=lambda st: st.phase is Phase.DRAINING,
+        what="draining",
+        timeout=20,
+    )
     # ... terminated mid-drain: no restore runs, the member is left disqualified.
     await handle.terminate("on-call terminated it")
     pod = wctx.core.read_namespaced_pod(victim.metadata.name, wctx.ns)
     assert LABEL_ELIGIBLE not in (pod.metadata.labels or {})
     health = wctx.watcher("--health-address", "127.0.0.1:0")
-    await eventually("orphan relabelled", lambda: wctx.core.read_namespaced_pod(
-        victim.metadata.name, wctx.ns).metadata.labels.get(LABEL_ELIGIBLE) == "true")
+    await bed_read(
+        lambda: (
+            wctx.core.read_namespaced_pod(victim.metadata.name, wctx.ns).metadata.labels.get(
+                LABEL_ELIGIBLE
+            )
+            == "true"
+        ),
+        what="orphan relabelled",
+    )
     # The watcher's health and metrics endpoint.
     import re
 
     import httpx
 
-    line = await eventually("health address", lambda: re.search(
-        r"health (http://\S+)", health.log_tail(50)))
+    line = await bed_read(
+        lambda: re.search(r"health (http://\S+)", health.log_tail(50)), what="health address"
+    )
     with httpx.Client(trust_env=False, timeout=5) as http:
         base = line.group(1)
         assert http.get(base + "/healthz").status_code == 200

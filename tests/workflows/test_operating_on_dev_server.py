@@ -19,6 +19,7 @@ from cli.main import main as retire_cli
 from retirement.models import RetirementRequest, RetirementState, workflow_id_for
 from retirement.phases import Outcome, Phase
 from testbed.paths import venv_bin
+from tests.helpers import eventually_async
 from tests.workflows.fakes import FakeWorld
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
 
@@ -29,37 +30,52 @@ pytestmark = [pytest.mark.devserver, pytest.mark.asyncio(loop_scope="session")]
 async def running(dev_env: WorkflowEnvironment) -> AsyncIterator[tuple[Client, FakeWorld, str]]:
     world = FakeWorld()
     queue = f"tq-{uuid.uuid4().hex[:8]}"
-    async with Worker(dev_env.client, task_queue=queue, workflows=[RetirementWorkflow],
-                      activities=world.activities()):
+    async with Worker(
+        dev_env.client,
+        task_queue=queue,
+        workflows=[RetirementWorkflow],
+        activities=world.activities(),
+    ):
         yield dev_env.client, world, queue
 
 
 async def start(client: Client, queue: str, **kw: Any) -> WorkflowHandle[Any, RetirementState]:
-    req = RetirementRequest(namespace="ops", deployment=f"md-{uuid.uuid4().hex[:6]}",
-                            role="server", ordinal=1, **kw)
+    req = RetirementRequest(
+        namespace="ops", deployment=f"md-{uuid.uuid4().hex[:6]}", role="server", ordinal=1, **kw
+    )
     return await client.start_workflow(
-        RetirementWorkflow.run, req, id=workflow_id_for(namespace="ops",
-                                                        deployment=req.deployment),
-        task_queue=queue, result_type=RetirementState,
-        search_attributes=initial_search_attributes(req))
+        RetirementWorkflow.run,
+        req,
+        id=workflow_id_for(namespace="ops", deployment=req.deployment),
+        task_queue=queue,
+        result_type=RetirementState,
+        search_attributes=initial_search_attributes(req),
+    )
 
 
-async def until(handle: WorkflowHandle[Any, RetirementState], phase: Phase,
-                outcome: Outcome | None = None) -> RetirementState:
-    for _ in range(200):
-        st: RetirementState = await handle.query(RetirementWorkflow.state)
-        if st.phase is phase and (outcome is None or st.outcome is outcome):
-            return st
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{st.phase} {st.outcome}")
+async def until(
+    handle: WorkflowHandle[Any, RetirementState], phase: Phase, outcome: Outcome | None = None
+) -> RetirementState:
+    """Query the retirement until it is in ``phase`` (with ``outcome``, when given)."""
+    return await eventually_async(
+        lambda: handle.query(RetirementWorkflow.state),
+        accept=lambda st: st.phase is phase and (outcome is None or st.outcome is outcome),
+        what=f"retirement in {phase} {outcome or ''}",
+        timeout=15,
+        interval=0.05,
+    )
 
 
 async def temporal(dev_env: WorkflowEnvironment, *args: str) -> subprocess.CompletedProcess[str]:
     """Run the real ``temporal`` CLI (off the event loop: the worker shares it)."""
     target = dev_env.client.service_client.config.target_host
     return await asyncio.to_thread(
-        subprocess.run, [str(venv_bin("temporal")), *args, "--address", target],
-        capture_output=True, text=True, timeout=30)
+        subprocess.run,
+        [str(venv_bin("temporal")), *args, "--address", target],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def cli(dev_env: WorkflowEnvironment, *args: str) -> int:
@@ -68,29 +84,60 @@ def cli(dev_env: WorkflowEnvironment, *args: str) -> int:
 
 
 async def test_abort_and_retry_with_the_temporal_cli(
-    dev_env: WorkflowEnvironment, running: tuple[Client, FakeWorld, str],
+    dev_env: WorkflowEnvironment,
+    running: tuple[Client, FakeWorld, str],
 ) -> None:
     client, world, queue = running
     world.behaviour["drain"] = "hang"
     handle = await start(client, queue)
     await asyncio.wait_for(world.started_event("drain").wait(), 10)
     # A bad abort is rejected by the validator and leaves no trace.
-    bad = await temporal(dev_env, "workflow", "update", "execute", "--workflow-id", handle.id,
-                   "--name", "abort", "--input", json.dumps({"reason": ""}))
+    bad = await temporal(
+        dev_env,
+        "workflow",
+        "update",
+        "execute",
+        "--workflow-id",
+        handle.id,
+        "--name",
+        "abort",
+        "--input",
+        json.dumps({"reason": ""}),
+    )
     assert bad.returncode != 0 and "validation error for AbortRequest" in bad.stderr
     # The real CLI's update aborts.
-    ok = await temporal(dev_env, "workflow", "update", "execute", "--workflow-id", handle.id,
-                  "--name", "abort", "--input", json.dumps({"reason": "on-call via temporal"}))
+    ok = await temporal(
+        dev_env,
+        "workflow",
+        "update",
+        "execute",
+        "--workflow-id",
+        handle.id,
+        "--name",
+        "abort",
+        "--input",
+        json.dumps({"reason": "on-call via temporal"}),
+    )
     assert ok.returncode == 0, ok.stderr
     st = await until(handle, Phase.ABORTED, Outcome.ABORTED)
     assert st.reasons.count("abort requested: on-call via temporal") == 1
     # A retry token by signal starts a fresh attempt (continue-as-new).
     world.behaviour["drain"] = "verified"
-    sig = await temporal(dev_env, "workflow", "signal", "--workflow-id", handle.id,
-                   "--name", "retry", "--input", json.dumps({"token": "tok-1"}))
+    sig = await temporal(
+        dev_env,
+        "workflow",
+        "signal",
+        "--workflow-id",
+        handle.id,
+        "--name",
+        "retry",
+        "--input",
+        json.dumps({"token": "tok-1"}),
+    )
     assert sig.returncode == 0, sig.stderr
     final: RetirementState = await client.get_workflow_handle(
-        handle.id, result_type=RetirementState).result()
+        handle.id, result_type=RetirementState
+    ).result()
     assert final.outcome is Outcome.COMPLETED and final.attempt == 2
     # The UI's list filters by the typed search attributes.
     await asyncio.sleep(1.5)  # visibility is eventually consistent
@@ -101,7 +148,8 @@ async def test_abort_and_retry_with_the_temporal_cli(
 
 
 async def test_abort_and_retry_with_the_project_cli(
-    dev_env: WorkflowEnvironment, running: tuple[Client, FakeWorld, str],
+    dev_env: WorkflowEnvironment,
+    running: tuple[Client, FakeWorld, str],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     client, world, queue = running

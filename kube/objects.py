@@ -1,0 +1,197 @@
+"""Typed, read-only views of the raw API bodies this project reads (Pods, Services,
+EndpointSlices, Kueue Workloads).
+
+They are built from the JSON the API server sends (camelCase keys), by the real client
+and by the offline fake alike, so callers never touch an Optional-everywhere generated
+model or a raw dict.  The API server validated these objects, so a missing field means
+"not set"; a view never raises on one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+ReadyStatus = Literal["True", "False", "Unknown"]
+
+
+def _map(raw: Any) -> Mapping[str, Any]:
+    return raw if isinstance(raw, Mapping) else {}
+
+
+def _list(raw: Any) -> list[Any]:
+    return list(raw) if isinstance(raw, list) else []
+
+
+def _strings(raw: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in _map(raw).items() if v is not None}
+
+
+def _int(raw: Any, default: int = 0) -> int:
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) else default
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """What an Event is about (``involvedObject``)."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str = ""
+
+
+@dataclass(frozen=True)
+class ContainerPort:
+    """One declared container port."""
+
+    container_port: int
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class Container:
+    """One container of a Pod's spec: what it runs and which ports it declares."""
+
+    name: str
+    args: tuple[str, ...] = ()
+    ports: tuple[ContainerPort, ...] = ()
+
+
+@dataclass(frozen=True)
+class ContainerStatus:
+    """One container's identity in a Pod's status (empty ID: not started)."""
+
+    name: str
+    container_id: str = ""
+    restart_count: int = 0
+
+
+@dataclass(frozen=True)
+class Pod:
+    """A Pod as this project reads it."""
+
+    name: str
+    namespace: str
+    uid: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    terminating: bool = False  # metadata.deletionTimestamp is set
+    pod_ip: str | None = None
+    containers: tuple[Container, ...] = ()
+    container_statuses: tuple[ContainerStatus, ...] = ()
+    conditions: Mapping[str, str] = field(default_factory=dict)  # type -> status
+
+    @classmethod
+    def from_raw(cls, raw: Mapping[str, Any]) -> Pod:
+        """The view of one Pod body."""
+        meta, spec, status = _map(raw.get("metadata")), _map(raw.get("spec")), _map(
+            raw.get("status"))
+        containers = tuple(
+            Container(
+                name=str(c.get("name") or ""),
+                args=tuple(str(a) for a in _list(c.get("args"))),
+                ports=tuple(
+                    ContainerPort(container_port=_int(p.get("containerPort")),
+                                  name=None if p.get("name") is None else str(p["name"]))
+                    for p in map(_map, _list(c.get("ports")))),
+            )
+            for c in map(_map, _list(spec.get("containers"))))
+        statuses = tuple(
+            ContainerStatus(name=str(s.get("name") or ""),
+                            container_id=str(s.get("containerID") or ""),
+                            restart_count=_int(s.get("restartCount")))
+            for s in map(_map, _list(status.get("containerStatuses"))))
+        conditions: dict[str, str] = {}
+        for c in map(_map, _list(status.get("conditions"))):
+            if c.get("type") is not None and str(c["type"]) not in conditions:
+                conditions[str(c["type"])] = str(c.get("status"))
+        return cls(
+            name=str(meta.get("name") or ""), namespace=str(meta.get("namespace") or ""),
+            uid=str(meta.get("uid") or ""), labels=_strings(meta.get("labels")),
+            annotations=_strings(meta.get("annotations")),
+            terminating=meta.get("deletionTimestamp") is not None,
+            pod_ip=str(status["podIP"]) if status.get("podIP") else None,
+            containers=containers, container_statuses=statuses, conditions=conditions)
+
+    def container(self, name: str) -> Container | None:
+        """The spec of container ``name``, if the Pod has one."""
+        return next((c for c in self.containers if c.name == name), None)
+
+    def container_status(self, name: str) -> ContainerStatus | None:
+        """The status of container ``name``, if reported."""
+        return next((s for s in self.container_statuses if s.name == name), None)
+
+
+def pod_ready(pod: Pod) -> ReadyStatus:
+    """The Pod's ``Ready`` condition: "True", "False", or "Unknown" (also when absent)."""
+    status = pod.conditions.get("Ready")
+    return status if status in ("True", "False") else "Unknown"  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Service:
+    """A Service: its selector, and whether it is headless."""
+
+    name: str
+    selector: Mapping[str, str] = field(default_factory=dict)
+    cluster_ip: str | None = None
+
+    @property
+    def headless(self) -> bool:
+        """``clusterIP: None``: per-replica headless Services do not route traffic."""
+        return self.cluster_ip == "None"
+
+    @classmethod
+    def from_raw(cls, raw: Mapping[str, Any]) -> Service:
+        """The view of one Service body."""
+        spec = _map(raw.get("spec"))
+        ip = spec.get("clusterIP")
+        return cls(name=str(_map(raw.get("metadata")).get("name") or ""),
+                   selector=_strings(spec.get("selector")),
+                   cluster_ip=None if ip is None else str(ip))
+
+
+@dataclass(frozen=True)
+class EndpointSlice:
+    """An EndpointSlice: every address it lists."""
+
+    name: str
+    addresses: tuple[str, ...] = ()
+
+    @classmethod
+    def from_raw(cls, raw: Mapping[str, Any]) -> EndpointSlice:
+        """The view of one EndpointSlice body."""
+        return cls(name=str(_map(raw.get("metadata")).get("name") or ""),
+                   addresses=tuple(str(a) for e in map(_map, _list(raw.get("endpoints")))
+                                   for a in _list(e.get("addresses"))))
+
+
+@dataclass(frozen=True)
+class OwnerRef:
+    """One ``ownerReferences`` entry."""
+
+    kind: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A Kueue Workload: its identity and owners."""
+
+    name: str
+    uid: str
+    owners: tuple[OwnerRef, ...] = ()
+
+    @classmethod
+    def from_raw(cls, raw: Mapping[str, Any]) -> Workload:
+        """The view of one Workload body."""
+        meta = _map(raw.get("metadata"))
+        return cls(name=str(meta.get("name") or ""), uid=str(meta.get("uid") or ""),
+                   owners=tuple(OwnerRef(kind=str(o.get("kind") or ""),
+                                         name=str(o.get("name") or ""),
+                                         uid=str(o.get("uid") or ""))
+                                for o in map(_map, _list(meta.get("ownerReferences")))))

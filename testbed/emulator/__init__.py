@@ -1,0 +1,45 @@
+"""Engine emulator: many emulated LLM engine Pods (vLLM, SGLang) in one process.
+
+Test support, not product. Each :class:`EngineEmulator` stands for one Pod's ``main``
+container: it serves the engine's HTTP API on the Pod address and the same routes on
+``127.0.0.1:<metrics_port>`` (the in-container one-shot reads metrics over loopback).
+Requests take a configurable time and move the engine's real gauges and counters
+(Prometheus text exposition, shaped like the real engines' output). Known engine traps
+can be switched on per emulator: stale gauges, requests hidden in the HTTP front end,
+and broken ``/metrics`` answers.
+
+:class:`EmulatorHub` holds many emulators and is driven over a small JSON control API,
+so a test process in another network namespace can add Pods, set traps and delete Pods.
+Run a hub with ``python -m testbed.emulator --control-host H --control-port P``.
+
+Modules, one concern each:
+
+- ``spec``: the engine kinds, the model name and one Pod's engine spec;
+- ``wire``: the cuttable HTTP server, the handler and the body/response/SSE helpers;
+- ``fields``: validation of JSON fields shared by both APIs;
+- ``exposition``: per-rank metric state and the Prometheus text format;
+- ``metrics_vllm``, ``metrics_sglang``: each engine's series names and labels;
+- ``traps``: stale gauges, front-end-hidden requests, broken ``/metrics`` answers;
+- ``serving``: completions, chat completions, SGLang ``/generate`` and info answers;
+- ``engine``: :class:`EngineEmulator`, one Pod's engine (lifecycle, accounting, routes);
+- ``control``, ``hub``: the hub's control API bodies and :class:`EmulatorHub`;
+- ``cli``: ``python -m testbed.emulator``.
+"""
+
+from testbed.emulator.cli import main
+from testbed.emulator.engine import EngineEmulator
+from testbed.emulator.hub import EmulatorHub
+from testbed.emulator.spec import MODEL_NAME, EngineKind, PodEngineSpec
+from testbed.emulator.traps import HUGE_METRICS_BYTES, METRICS_MODES, SLOW_METRICS_SECONDS
+
+__all__ = [
+    "HUGE_METRICS_BYTES",
+    "METRICS_MODES",
+    "MODEL_NAME",
+    "SLOW_METRICS_SECONDS",
+    "EmulatorHub",
+    "EngineEmulator",
+    "EngineKind",
+    "PodEngineSpec",
+    "main",
+]

@@ -1,0 +1,95 @@
+"""Validation of the hub's control API bodies: a new Pod's engine, and a traps change.
+
+Every field is checked before anything is applied, so a bad request is a 400 that
+changes nothing (the hub runs inside the bed's namespace and is driven from tests).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from testbed.emulator.engine import EngineEmulator
+from testbed.emulator.fields import int_field, seconds_field
+from testbed.emulator.spec import EngineKind, PodEngineSpec
+from testbed.emulator.traps import is_metrics_mode
+from testbed.emulator.wire import BadRequest
+
+__all__ = ["apply_traps", "spec_from_json"]
+
+_TRAP_FIELDS = frozenset(
+    {"stale_gauges", "frontend_hidden", "metrics_mode", "clear", "request_seconds", "healthy"}
+)
+
+
+def spec_from_json(body: dict[str, Any]) -> PodEngineSpec:
+    """Validate a POST /pods body."""
+    name = body.get("name")
+    if not isinstance(name, str) or not name or "/" in name or len(name) > 253:
+        raise BadRequest("name must be a non-empty string without '/'")
+    engine_text = body.get("engine")
+    kinds = {k.value.lower(): k for k in EngineKind}
+    if not isinstance(engine_text, str) or engine_text.lower() not in kinds:
+        raise BadRequest("engine must be 'vLLM' or 'SGLang'")
+    host = body.get("serve_host")
+    if not isinstance(host, str):
+        raise BadRequest("serve_host must be an IP address")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError as exc:
+        raise BadRequest("serve_host must be an IP address") from exc
+    ports: list[int] = []
+    for key in ("serve_port", "metrics_port"):
+        value = body.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+            raise BadRequest(f"{key} must be an integer port")
+        ports.append(value)
+    dp = int_field(body, "dp_ranks", 1, minimum=1)
+    if dp > 64:
+        raise BadRequest("dp_ranks must be <= 64")
+    seconds = seconds_field(body, "request_seconds")
+    return PodEngineSpec(
+        name=name,
+        engine=kinds[engine_text.lower()],
+        serve_host=host,
+        serve_port=ports[0],
+        metrics_port=ports[1],
+        dp_ranks=dp,
+        request_seconds=1.0 if seconds is None else seconds,
+    )
+
+
+def apply_traps(emu: EngineEmulator, body: dict[str, Any]) -> None:
+    """Validate and apply a POST /pods/{name}/traps body (``clear`` first)."""
+    unknown = sorted(set(body) - _TRAP_FIELDS)
+    if unknown:
+        raise BadRequest(f"unknown trap fields: {unknown}")
+    stale = body.get("stale_gauges")
+    if stale is not None and (
+        not isinstance(stale, list)
+        or not 1 <= len(stale) <= 2
+        or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in stale)
+    ):
+        raise BadRequest("stale_gauges must be [running, waiting] of integers >= 0")
+    hidden = seconds_field(body, "frontend_hidden")
+    seconds = seconds_field(body, "request_seconds")
+    mode = body.get("metrics_mode")
+    if mode is not None and not isinstance(mode, str):
+        raise BadRequest("metrics_mode must be a string")
+    healthy = body.get("healthy")
+    if healthy is not None and not isinstance(healthy, bool):
+        raise BadRequest("healthy must be a boolean")
+    if mode is not None and not is_metrics_mode(mode):
+        raise BadRequest(f"unknown metrics_mode {mode!r}")
+    if body.get("clear"):
+        emu.clear_traps()
+    if stale is not None:
+        emu.set_stale_gauges(stale[0], stale[1] if len(stale) > 1 else 0)
+    if hidden is not None:
+        emu.set_frontend_hidden(hidden)
+    if mode is not None:
+        emu.set_metrics_mode(mode)
+    if healthy is not None:
+        emu.set_healthy(healthy)
+    if seconds is not None:
+        emu.set_request_seconds(seconds)

@@ -1,0 +1,450 @@
+"""One emulated engine: one Pod's ``main`` container, with its lifecycle, its in-flight
+accounting and its HTTP routes.
+
+A request is admitted (in flight, in the front end), then enters the scheduler on the
+least busy DP rank (counted as running), then ends completed or cut. vLLM counts prompt
+tokens when a request is scheduled, SGLang when it finishes, as the real engines do.
+A restart bumps a generation so that requests from before it no longer move the new
+gauges and counters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from testbed.emulator import serving
+from testbed.emulator.exposition import LATENCY_BUCKETS, Family, Rank
+from testbed.emulator.metrics_sglang import sglang_families
+from testbed.emulator.metrics_vllm import vllm_families
+from testbed.emulator.spec import EngineKind, PodEngineSpec
+from testbed.emulator.traps import (
+    SLOW_METRICS_SECONDS,
+    Traps,
+    is_metrics_mode,
+    trapped_gauges,
+    trapped_metrics,
+)
+from testbed.emulator.wire import (
+    Cut,
+    Handler,
+    Server,
+    error_body,
+    read_body,
+    send_bytes,
+    send_json,
+)
+
+__all__ = ["EngineEmulator"]
+
+
+@dataclass
+class _Ticket:
+    """One request's handle on the emulator state."""
+
+    generation: int
+    halt: threading.Event
+    hidden_seconds: float
+    prompt_tokens: int
+    generation_tokens: int
+    duration: float
+    rank: int = -1
+    started_at: float = 0.0
+
+
+class EngineEmulator:
+    """One emulated engine (one Pod's ``main`` container).
+
+    Serves on ``(serve_host, serve_port)`` and on ``("127.0.0.1", metrics_port)``:
+    ``/health``, ``/metrics``, ``/v1/models``, ``/get_model_info``, ``/get_server_info``,
+    ``/v1/completions``, ``/v1/chat/completions`` and, for SGLang, ``/generate`` and
+    ``/health_generate``. Thread-safe.
+    """
+
+    def __init__(self, spec: PodEngineSpec) -> None:
+        """Prepare (but do not start) an emulator for ``spec``."""
+        if spec.dp_ranks < 1:
+            raise ValueError("dp_ranks must be >= 1")
+        if not math.isfinite(spec.request_seconds) or spec.request_seconds < 0:
+            raise ValueError("request_seconds must be a finite number >= 0")
+        self.spec = spec
+        self.engine = EngineKind(spec.engine)
+        self._lock = threading.Lock()
+        self._generation = 0
+        self._ranks = [Rank() for _ in range(spec.dp_ranks)]
+        self._rr = 0
+        self._created = time.time()
+        self._in_flight = 0
+        self._completed = 0
+        self._aborted = 0
+        self._restarts = 0
+        self._boot_id = secrets.token_hex(8)
+        self._traps = Traps()
+        self._running = False
+        self._halt = threading.Event()
+        self._servers: list[Server] = []
+        self._threads: list[threading.Thread] = []
+        self._serve_port = spec.serve_port
+        self._metrics_port = spec.metrics_port
+        self._life = threading.Lock()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Bind both addresses and serve. A no-op when already started."""
+        with self._life:
+            if self._running:
+                return
+            servers: list[Server] = []
+            try:
+                servers.append(Server((self.spec.serve_host, self._serve_port), self))
+                same = self.spec.serve_host == "127.0.0.1" and self._metrics_port == servers[0].port
+                if not same:
+                    servers.append(Server(("127.0.0.1", self._metrics_port), self))
+            except OSError:
+                for srv in servers:
+                    srv.server_close()
+                raise
+            self._serve_port = servers[0].port
+            self._metrics_port = servers[-1].port
+            with self._lock:
+                self._halt = threading.Event()
+                self._running = True
+            self._servers = servers
+            self._threads = []
+            for srv in servers:
+                thread = threading.Thread(
+                    target=srv.serve_forever,
+                    kwargs={"poll_interval": 0.05},
+                    name=f"emulator-{self.spec.name}-{srv.port}",
+                    daemon=True,
+                )
+                thread.start()
+                self._threads.append(thread)
+
+    def stop(self) -> None:
+        """Close the listening sockets and cut in-flight requests. Counters are kept."""
+        with self._life:
+            if not self._running:
+                return
+            with self._lock:
+                self._running = False
+                self._halt.set()
+            for srv in self._servers:
+                srv.shutdown()
+                srv.server_close()
+            for srv in self._servers:
+                srv.cut_all()
+            for thread in self._threads:
+                thread.join(timeout=5)
+            self._servers = []
+            self._threads = []
+
+    def restart(self) -> None:
+        """Simulate a container restart: cut requests, zero gauges/counters, clear traps.
+
+        The same ports are bound again. ``in_flight``/``completed`` are this object's
+        lifetime bookkeeping and are not reset; requests cut by the restart end as aborted.
+        """
+        self.stop()
+        with self._lock:
+            self._generation += 1
+            self._ranks = [Rank() for _ in range(self.spec.dp_ranks)]
+            self._created = time.time()
+            self._restarts += 1
+            self._boot_id = secrets.token_hex(8)
+            self._traps.clear()
+        self.start()
+
+    @property
+    def is_running(self) -> bool:
+        """True between start and stop."""
+        return self._running
+
+    @property
+    def serve_port(self) -> int:
+        """The bound serving port (the spec's, or the one picked for port 0)."""
+        return self._serve_port
+
+    @property
+    def metrics_port(self) -> int:
+        """The bound loopback metrics port."""
+        return self._metrics_port
+
+    @property
+    def request_seconds(self) -> float:
+        """The default duration of a new request."""
+        with self._lock:
+            return self.spec.request_seconds
+
+    # -- traps -------------------------------------------------------------------------
+
+    def set_stale_gauges(self, running: int, waiting: int = 0) -> None:
+        """Freeze the running/waiting gauges at these values (reported on rank 0)."""
+        if running < 0 or waiting < 0:
+            raise ValueError("stale gauges must be >= 0")
+        with self._lock:
+            self._traps.stale = (int(running), int(waiting))
+
+    def set_frontend_hidden(self, seconds: float) -> None:
+        """Make each new request spend ``seconds`` uncounted in the HTTP front end."""
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError("seconds must be a finite number >= 0")
+        with self._lock:
+            self._traps.hidden = float(seconds)
+
+    def set_metrics_mode(self, mode: str) -> None:
+        """Set how ``/metrics`` answers; see :data:`METRICS_MODES`."""
+        if not is_metrics_mode(mode):
+            raise ValueError(f"unknown metrics mode {mode!r}")
+        with self._lock:
+            self._traps.mode = mode
+
+    def set_healthy(self, healthy: bool) -> None:
+        """Make ``/health`` answer 200 (True) or 503 (False)."""
+        with self._lock:
+            self._traps.healthy = bool(healthy)
+
+    def set_request_seconds(self, seconds: float) -> None:
+        """Change the default duration of new requests."""
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError("seconds must be a finite number >= 0")
+        with self._lock:
+            self.spec.request_seconds = float(seconds)
+
+    def clear_traps(self) -> None:
+        """Back to normal behaviour (stale gauges, front-end delay, metrics mode, health)."""
+        with self._lock:
+            self._traps.clear()
+
+    # -- bookkeeping -------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Requests accepted and not yet finished or cut (front-end phase included)."""
+        with self._lock:
+            return self._in_flight
+
+    @property
+    def completed(self) -> int:
+        """Requests answered completely since this object was made."""
+        with self._lock:
+            return self._completed
+
+    @property
+    def aborted(self) -> int:
+        """Requests cut (stop, restart, client gone) since this object was made."""
+        with self._lock:
+            return self._aborted
+
+    def status(self) -> dict[str, Any]:
+        """A JSON-able view of the emulator, its traps and its true (untrapped) state."""
+        with self._lock:
+            ranks = self._ranks
+            return {
+                "name": self.spec.name,
+                "engine": self.engine.value,
+                "serve_host": self.spec.serve_host,
+                "serve_port": self._serve_port,
+                "metrics_port": self._metrics_port,
+                "dp_ranks": self.spec.dp_ranks,
+                "request_seconds": self.spec.request_seconds,
+                "state": "running" if self._running else "stopped",
+                "in_flight": self._in_flight,
+                "completed": self._completed,
+                "aborted": self._aborted,
+                "restarts": self._restarts,
+                "boot_id": self._boot_id,
+                "running_requests": sum(r.running for r in ranks),
+                "waiting_requests": sum(r.waiting for r in ranks),
+                "prompt_tokens": sum(r.prompt_tokens for r in ranks),
+                "generation_tokens": sum(r.generation_tokens for r in ranks),
+                "finished_requests": sum(r.requests for r in ranks),
+                "traps": self._traps.as_json(),
+            }
+
+    def _admit(self, prompt_tokens: int, generation_tokens: int, duration: float) -> _Ticket:
+        """Accept a new request (it is now in flight, in the front end)."""
+        with self._lock:
+            if not self._running:
+                raise Cut
+            self._in_flight += 1
+            return _Ticket(
+                self._generation,
+                self._halt,
+                self._traps.hidden,
+                prompt_tokens,
+                generation_tokens,
+                duration,
+            )
+
+    def _begin(self, ticket: _Ticket) -> None:
+        """The request enters the scheduler: counted as running on the least busy rank."""
+        with self._lock:
+            if ticket.halt.is_set():
+                raise Cut
+            ticket.started_at = time.monotonic()
+            if ticket.generation != self._generation:
+                return
+            n = len(self._ranks)
+            best = min(range(n), key=lambda r: (self._ranks[r].running, (r - self._rr) % n))
+            self._rr = (best + 1) % n
+            ticket.rank = best
+            rank = self._ranks[best]
+            rank.running += 1
+            if self.engine is EngineKind.VLLM:
+                rank.prompt_tokens += ticket.prompt_tokens
+
+    def _end(self, ticket: _Ticket, ok: bool) -> None:
+        """The request finished (``ok``) or was cut."""
+        with self._lock:
+            self._in_flight -= 1
+            if ok:
+                self._completed += 1
+            else:
+                self._aborted += 1
+            if ticket.rank < 0 or ticket.generation != self._generation:
+                return
+            rank = self._ranks[ticket.rank]
+            rank.running -= 1
+            if not ok:
+                return
+            if self.engine is EngineKind.SGLANG:
+                rank.prompt_tokens += ticket.prompt_tokens
+            rank.generation_tokens += ticket.generation_tokens
+            rank.requests += 1
+            latency = time.monotonic() - ticket.started_at
+            rank.latency_sum += latency
+            for i, bound in enumerate(LATENCY_BUCKETS):
+                if latency <= bound:
+                    rank.latency_buckets[i] += 1
+
+    def _wait(self, ticket: _Ticket, seconds: float) -> None:
+        """Sleep ``seconds``, or raise :class:`Cut` as soon as the emulator stops."""
+        if ticket.halt.wait(seconds) if seconds > 0 else ticket.halt.is_set():
+            raise Cut
+
+    @contextlib.contextmanager
+    def admitted(
+        self, *, prompt_tokens: int, generation_tokens: int, duration: float
+    ) -> Iterator[serving.Spend]:
+        """Admit a request, run its front-end phase, and count it as running inside.
+
+        Yields what spends the request's duration (see :class:`serving.Spend`).
+        """
+        ticket = self._admit(prompt_tokens, generation_tokens, duration)
+        ok = False
+        try:
+            self._wait(ticket, ticket.hidden_seconds)
+            self._begin(ticket)
+
+            def spend(pieces: int, on_piece: Callable[[int], None] | None = None) -> None:
+                self._run(ticket, pieces, on_piece)
+
+            yield spend
+            ok = True
+        finally:
+            self._end(ticket, ok)
+
+    def _run(
+        self,
+        ticket: _Ticket,
+        pieces: int,
+        on_piece: Callable[[int], None] | None = None,
+    ) -> None:
+        """Spend the request's duration, calling ``on_piece`` after each of ``pieces``."""
+        step = ticket.duration / pieces
+        for index in range(pieces):
+            self._wait(ticket, step)
+            if on_piece is not None:
+                on_piece(index)
+
+    # -- metrics -----------------------------------------------------------------------
+
+    def _families(self) -> list[Family]:
+        """The current families, with gauge traps applied."""
+        with self._lock:
+            ranks = [
+                Rank(
+                    r.running,
+                    r.waiting,
+                    r.prompt_tokens,
+                    r.generation_tokens,
+                    r.requests,
+                    r.latency_sum,
+                    list(r.latency_buckets),
+                )
+                for r in self._ranks
+            ]
+            stale = self._traps.stale
+            created = self._created
+        running, waiting = trapped_gauges(ranks, stale)
+        if self.engine is EngineKind.VLLM:
+            return vllm_families(ranks, running, waiting, created)
+        return sglang_families(ranks, running, waiting)
+
+    def metrics_text(self, mode: str | None = None) -> tuple[int, str]:
+        """The ``/metrics`` status and body for ``mode`` (default: the current mode).
+
+        ``slow`` is not applied here (the handler stalls before calling this).
+        """
+        if mode is None:
+            with self._lock:
+                mode = self._traps.mode
+        return trapped_metrics(engine=self.engine, mode=mode, families=self._families)
+
+    # -- HTTP --------------------------------------------------------------------------
+
+    def handle(self, handler: Handler, method: str) -> None:
+        """Answer one engine API request."""
+        route = handler.route
+        sglang = self.engine is EngineKind.SGLANG
+        if method == "GET":
+            if route in ("/health", "/health_generate", "/ping"):
+                with self._lock:
+                    ok = self._running and self._traps.healthy
+                send_bytes(handler, 200 if ok else 503, b"", "text/plain; charset=utf-8")
+            elif route == "/metrics":
+                self._serve_metrics(handler)
+            elif route == "/v1/models":
+                send_json(
+                    handler, 200, serving.models_list(kind=self.engine, created=self._created)
+                )
+            elif route == "/get_model_info":
+                send_json(handler, 200, serving.model_info())
+            elif route in ("/get_server_info", "/server_info"):
+                send_json(handler, 200, serving.server_info(dp_ranks=self.spec.dp_ranks))
+            elif route == "/version":
+                send_json(handler, 200, {"version": "emulated"})
+            else:
+                send_json(handler, 404, error_body(f"no route {route}", 404))
+        elif method == "POST":
+            if route == "/v1/completions":
+                serving.completions(self, handler, chat=False)
+            elif route == "/v1/chat/completions":
+                serving.completions(self, handler, chat=True)
+            elif route == "/generate" and sglang:
+                serving.generate(self, handler)
+            else:
+                read_body(handler)
+                send_json(handler, 404, error_body(f"no route {route}", 404))
+        else:
+            send_json(handler, 405, error_body(f"method {method} not allowed", 405))
+
+    def _serve_metrics(self, handler: Handler) -> None:
+        """Answer ``/metrics`` in the current mode."""
+        with self._lock:
+            mode = self._traps.mode
+            halt = self._halt
+        if mode == "slow":
+            if halt.wait(SLOW_METRICS_SECONDS):
+                raise Cut
+            mode = "normal"
+        status, text = self.metrics_text(mode)
+        send_bytes(handler, status, text.encode(), "text/plain; version=0.0.4; charset=utf-8")

@@ -1,0 +1,134 @@
+"""The mirror of a retirement outside Temporal: typed search attributes for the UI, and
+``status.retirement`` plus an Event on the ModelDeployment for kubectl users.
+
+The workflow is the truth; the mirror never delays a protocol step.  Search attributes are
+upserted in place (a command, no round trip).  Publishing runs in a background task that
+works through the queued snapshots in order, so a slow or failing status subresource
+costs no budget and never delays a restore; the workflow waits for the queue only when it
+ends or continues as new.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import (
+    SearchAttributeKey,
+    SearchAttributePair,
+    SearchAttributeUpdate,
+    TypedSearchAttributes,
+)
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from activities import RetirementActivities
+    from retirement.models import PublishInput, RetirementRequest, RetirementState
+    from retirement.phases import Outcome, Phase
+    from workflows.options import PUBLISH_SCHEDULE_TIMEOUT, PUBLISH_TIMEOUT, SHORT
+
+SA_DEPLOYMENT = SearchAttributeKey.for_keyword("RetirementDeployment")
+SA_ROLE = SearchAttributeKey.for_keyword("RetirementRole")
+SA_ORDINAL = SearchAttributeKey.for_int("RetirementOrdinal")
+SA_PHASE = SearchAttributeKey.for_keyword("RetirementPhase")
+SA_OUTCOME = SearchAttributeKey.for_keyword("RetirementOutcome")
+
+
+def search_attribute_updates(
+    *, namespace: str, deployment: str, role: str, ordinal: int, phase: Phase, outcome: Outcome
+) -> list[SearchAttributeUpdate[Any]]:
+    """The typed search attributes of a retirement, as upserts."""
+    return [
+        SA_DEPLOYMENT.value_set(f"{namespace}/{deployment}"),
+        SA_ROLE.value_set(role),
+        SA_ORDINAL.value_set(ordinal),
+        SA_PHASE.value_set(phase.value),
+        SA_OUTCOME.value_set(outcome.value),
+    ]
+
+
+def initial_search_attributes(request: RetirementRequest) -> TypedSearchAttributes:
+    """The search attributes to start a retirement with (the UI can filter it at once)."""
+    pairs: list[SearchAttributePair[Any]] = [
+        SearchAttributePair(SA_DEPLOYMENT, f"{request.namespace}/{request.deployment}"),
+        SearchAttributePair(SA_ROLE, request.role),
+        SearchAttributePair(SA_ORDINAL, request.ordinal),
+        SearchAttributePair(SA_PHASE, Phase.ADMITTED.value),
+        SearchAttributePair(SA_OUTCOME, Outcome.RUNNING.value),
+    ]
+    return TypedSearchAttributes(pairs)
+
+
+def snapshot(
+    s: RetirementState, *, phase: Phase, at: datetime, outcome: Outcome, clear: bool
+) -> PublishInput:
+    """What ``publish`` writes for ``s`` as it entered ``phase`` at ``at``."""
+    req = s.request
+    return PublishInput(
+        namespace=req.namespace, deployment=req.deployment, workflow_id=s.workflow_id,
+        phase=phase, outcome=outcome, reason=s.reason, role=req.role, ordinal=req.ordinal,
+        target=s.target, started_at=s.started_at or at, deadline=s.deadline,
+        phase_started_at=at, last_consumed_retry_token=s.last_consumed_retry_token,
+        clear=clear,
+    )
+
+
+class Mirror:
+    """Upserts search attributes and publishes snapshots in order, in the background."""
+
+    def __init__(self) -> None:
+        self._queue: list[PublishInput] = []
+        self._task: asyncio.Task[None] | None = None
+        self._upserted: tuple[Phase, Outcome] | None = None
+        self._published = 0  # timeline entries already queued
+        self._outcome = Outcome.RUNNING
+        self.failures: list[str] = []
+
+    def show(self, s: RetirementState, *, clear: bool = False) -> None:
+        """Mirror ``s``: upsert the search attributes on a phase or outcome change; queue
+        one snapshot per phase entered since the last call (each phase change is an Event),
+        or one for a changed outcome; ``clear`` marks the last one final."""
+        if self._upserted != (s.phase, s.outcome):
+            self._upserted = (s.phase, s.outcome)
+            req = s.request
+            workflow.upsert_search_attributes(search_attribute_updates(
+                namespace=req.namespace, deployment=req.deployment, role=req.role,
+                ordinal=req.ordinal, phase=s.phase, outcome=s.outcome))
+        entries = s.phase_timeline[self._published:]
+        self._published = len(s.phase_timeline)
+        for i, (phase, at) in enumerate(entries):
+            last = i == len(entries) - 1
+            self._queue.append(snapshot(s, phase=phase, at=at, clear=clear and last,
+                                        outcome=s.outcome if last else Outcome.RUNNING))
+        if not entries and (clear or s.outcome is not self._outcome):
+            at = s.phase_started_at or s.started_at
+            if at is not None:
+                self._queue.append(snapshot(s, phase=s.phase, at=at, outcome=s.outcome,
+                                            clear=clear))
+        self._outcome = s.outcome
+        if self._queue and (self._task is None or self._task.done()):
+            self._task = asyncio.create_task(self._work())
+
+    async def flush(self) -> None:
+        """Wait until every queued snapshot was published (or failed)."""
+        while self._task is not None and not self._task.done():
+            try:
+                await asyncio.shield(self._task)
+            except asyncio.CancelledError:
+                continue  # the workflow ends anyway: let the last snapshots go out
+
+    async def _work(self) -> None:
+        while self._queue:
+            payload = self._queue.pop(0)
+            try:
+                await workflow.execute_activity_method(
+                    RetirementActivities.publish, payload,
+                    start_to_close_timeout=PUBLISH_TIMEOUT,
+                    schedule_to_close_timeout=PUBLISH_SCHEDULE_TIMEOUT, retry_policy=SHORT,
+                    summary=f"mirror {payload.phase}/{payload.outcome} on the ModelDeployment",
+                )
+            except ActivityError as e:
+                # Publishing is a mirror for kubectl users; the workflow is the truth.
+                self.failures.append(f"publish failed: {e.cause or e}")

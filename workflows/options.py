@@ -1,0 +1,44 @@
+"""Timeouts and retry policies of the retirement's activities (one place for all of them)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.common import RetryPolicy
+
+#: Errors an activity raises that retrying cannot mend (a 404/409/422/403, bad input).
+NON_RETRYABLE = ["NotFound", "Conflict", "Invalid", "Forbidden", "BadInput"]
+#: Slack between an activity's own deadline and the workflow's timeout of it.
+GRACE = timedelta(seconds=15)
+HEARTBEAT = timedelta(seconds=10)
+ADMIT_TIMEOUT = timedelta(seconds=30)
+DELETE_TIMEOUT = timedelta(seconds=60)
+DELETE_SCHEDULE_TIMEOUT = timedelta(minutes=30)
+RESTORE_BUDGET = timedelta(seconds=30)
+RESTORE_TIMEOUT = timedelta(seconds=60)
+RESTORE_SCHEDULE_TIMEOUT = timedelta(minutes=5)
+PUBLISH_TIMEOUT = timedelta(seconds=20)
+PUBLISH_SCHEDULE_TIMEOUT = timedelta(minutes=2)
+
+SHORT = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=5),
+    non_retryable_error_types=NON_RETRYABLE,
+)
+#: The API server may be down for a while; after ~2.5 min of attempts, or on a definite
+#: error, admission refuses (nothing was touched; the watcher derives the intent again).
+ADMIT = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=5),
+    maximum_attempts=30,
+    non_retryable_error_types=NON_RETRYABLE,
+)
+#: After the point of no return the deletes must finish: retry until they do.
+PERSISTENT = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    non_retryable_error_types=["BadInput"],
+)

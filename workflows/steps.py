@@ -1,0 +1,254 @@
+"""How the workflow carries out each action of the protocol: run one activity (or wait)
+and report what happened as an event for ``retirement.protocol.decide``.
+
+Rules of execution, not of the protocol:
+- a step that may be interrupted (an abortable phase, admission, a rerun timer) watches
+  ``interrupted(state)``; when it turns true the running activity is cancelled and the
+  step waits until the activity has really stopped (``WAIT_CANCELLATION_COMPLETED``), so a
+  late label removal or router call cannot land after the restore;
+- a workflow cancellation is reported to the protocol (``on_cancel``) and the step goes
+  on: an abortable step then sees ``interrupted`` and stops; any other step (the deletes,
+  settling, the restore) finishes first;
+- an activity error is an observation like any other: UNKNOWN for a phase, a refusal for
+  admission, a failed restore; never a crashed workflow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from activities import RetirementActivities
+    from retirement.models import (
+        Admission,
+        AdmitInput,
+        DeleteResult,
+        Observation,
+        PhaseInput,
+        RestoreResult,
+        RetirementState,
+    )
+    from retirement.phases import Phase, Verdict, abortable
+    from retirement.protocol import (
+        Admitted,
+        Answered,
+        Deleted,
+        Event,
+        Refused,
+        Restored,
+        Woke,
+        hold_ends,
+        interrupted,
+    )
+    from workflows.options import (
+        ADMIT,
+        ADMIT_TIMEOUT,
+        DELETE_SCHEDULE_TIMEOUT,
+        DELETE_TIMEOUT,
+        GRACE,
+        HEARTBEAT,
+        PERSISTENT,
+        RESTORE_BUDGET,
+        RESTORE_SCHEDULE_TIMEOUT,
+        RESTORE_TIMEOUT,
+        SHORT,
+    )
+
+#: The activity of each polling phase, by typed reference.
+PHASE_ACTIVITY: dict[Phase, Callable[..., Any]] = {
+    Phase.DISQUALIFIED: RetirementActivities.disqualify,
+    Phase.WITHDRAWING: RetirementActivities.withdraw,
+    Phase.DRAINING: RetirementActivities.drain,
+    Phase.SETTLING: RetirementActivities.settle,
+}
+
+SUMMARY: dict[Phase, str] = {
+    Phase.DISQUALIFIED: "remove the eligibility label from the admitted members",
+    Phase.WITHDRAWING: "wait until Services and every router stop selecting the members",
+    Phase.DRAINING: "read the engines' in-flight metrics until idle twice",
+    Phase.SETTLING: "wait until the Pods are gone and the capacity released",
+}
+
+
+class Steps:
+    """Carries out actions for one workflow run; reads and updates its state through the
+    callables it is given."""
+
+    def __init__(
+        self,
+        *,
+        state: Callable[[], RetirementState],
+        update: Callable[..., None],
+        on_cancel: Callable[[], None],
+    ) -> None:
+        self._state = state
+        self._update = update
+        self._on_cancel = on_cancel
+
+    # ------------------------------------------------------------------ actions
+
+    async def admit(self) -> Event:
+        """Run admission; an error or exhausted retries is a refusal."""
+        s = self._state()
+        handle = workflow.start_activity_method(
+            RetirementActivities.admit,
+            AdmitInput(request=s.request, workflow_id=s.workflow_id),
+            start_to_close_timeout=ADMIT_TIMEOUT, retry_policy=ADMIT,
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=f"bind {s.request.role}:{s.request.ordinal} (reads only)",
+        )
+        if not await self._until_done(handle, interruptible=True, timeout=None):
+            return Woke(at=workflow.now())
+        try:
+            admission: Admission = handle.result()
+        except ActivityError as e:
+            return Refused(at=workflow.now(), reason=f"admission failed: {e.cause or e}")
+        if admission.target is None:
+            return Refused(at=workflow.now(), reason=admission.refusal)
+        self._update(target=admission.target)
+        return Admitted(at=workflow.now())
+
+    async def run_phase(self, phase: Phase) -> Event:
+        """Run ``phase``'s activity until its verdict, the phase deadline, or (abortable
+        phases) an interruption."""
+        s = self._state()
+        assert s.phase_deadline is not None and s.target is not None
+        remaining = s.phase_deadline - workflow.now()
+        if remaining <= timedelta(0):
+            return Woke(at=workflow.now())
+        handle = workflow.start_activity_method(
+            PHASE_ACTIVITY[phase],
+            self._phase_input(s.phase_deadline),
+            start_to_close_timeout=remaining + GRACE,
+            schedule_to_close_timeout=remaining + GRACE,
+            heartbeat_timeout=HEARTBEAT,
+            retry_policy=SHORT,
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=SUMMARY[phase],
+        )
+        done = await self._until_done(handle, interruptible=abortable(phase),
+                                      timeout=remaining + GRACE)
+        now = workflow.now()
+        if not done:
+            return Woke(at=now)
+        try:
+            obs: Observation = handle.result()
+        except ActivityError as e:
+            return Answered(at=now, phase=phase, verdict=Verdict.UNKNOWN,
+                            reason=f"{PHASE_ACTIVITY[phase].__name__} failed: {e.cause or e}")
+        if obs.readings:
+            self._update(last_readings=dict(obs.readings))
+        return Answered(at=now, phase=phase, verdict=obs.verdict, reason=obs.reason,
+                        polls=obs.polls)
+
+    async def wait_until(self, until: datetime) -> Event:
+        """A durable timer that an interruption cuts short."""
+        while True:
+            left = until - workflow.now()
+            if left <= timedelta(0):
+                break
+            try:
+                await workflow.wait_condition(lambda: interrupted(self._state()), timeout=left)
+                break
+            except TimeoutError:
+                break
+            except asyncio.CancelledError:
+                self._on_cancel()
+        return Woke(at=workflow.now())
+
+    async def delete(self) -> Event:
+        """The point of no return: runs to its end whatever arrives meanwhile."""
+        s = self._state()
+        assert s.phase_deadline is not None and s.target is not None
+        handle = workflow.start_activity_method(
+            RetirementActivities.delete, self._phase_input(s.phase_deadline),
+            start_to_close_timeout=DELETE_TIMEOUT,
+            schedule_to_close_timeout=DELETE_SCHEDULE_TIMEOUT, retry_policy=PERSISTENT,
+            summary="delete the admitted Pods (UID preconditions) and their own Workload",
+        )
+        await self._until_done(handle, interruptible=False, timeout=None)
+        try:
+            result: DeleteResult = handle.result()
+        except ActivityError as e:
+            # Only a BadInput error gets here; nothing more can be deleted safely.
+            return Deleted(at=workflow.now(), ok=False, reason=str(e.cause or e))
+        self._update(deleted=result)
+        note = f"replaced, not touched: {', '.join(result.replaced)}" if result.replaced else ""
+        return Deleted(at=workflow.now(), reason=note)
+
+    async def restore(self) -> Event:
+        """Put the replica back in service; runs to its end whatever arrives meanwhile."""
+        s = self._state()
+        if s.target is None:
+            self._update(restored=RestoreResult())
+            return Restored(at=workflow.now())
+        handle = workflow.start_activity_method(
+            RetirementActivities.restore,
+            self._phase_input(workflow.now() + RESTORE_BUDGET),
+            start_to_close_timeout=RESTORE_TIMEOUT, heartbeat_timeout=HEARTBEAT,
+            retry_policy=SHORT, schedule_to_close_timeout=RESTORE_SCHEDULE_TIMEOUT,
+            summary="put the eligibility label back on members that still qualify",
+        )
+        await self._until_done(handle, interruptible=False, timeout=None)
+        try:
+            restored: RestoreResult = handle.result()
+        except ActivityError as e:
+            self._update(restored=RestoreResult(failed={"*": str(e.cause or e)}))
+            return Restored(at=workflow.now(), reason=f"restore failed: {e.cause or e}")
+        self._update(restored=restored)
+        return Restored(at=workflow.now())
+
+    async def hold(self) -> Event:
+        """Held: no timer, so history does not grow however long the hold lasts."""
+        while True:
+            try:
+                await workflow.wait_condition(lambda: hold_ends(self._state()))
+                return Woke(at=workflow.now())
+            except asyncio.CancelledError:
+                self._on_cancel()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _phase_input(self, deadline: datetime) -> PhaseInput:
+        s = self._state()
+        assert s.target is not None
+        return PhaseInput(
+            target=s.target, deadline=deadline,
+            poll_interval_s=s.request.budgets.poll_interval_s,
+            routerless_policy=s.request.routerless_policy,
+            quiet_window_s=s.request.quiet_window_s,
+        )
+
+    async def _until_done(
+        self, handle: workflow.ActivityHandle[Any], *, interruptible: bool,
+        timeout: timedelta | None,
+    ) -> bool:
+        """Wait for ``handle``; True when it finished by itself.  False when it was
+        cancelled (an interruption, or ``timeout``) and has stopped."""
+        while True:
+            try:
+                await workflow.wait_condition(
+                    lambda: handle.done() or (interruptible and interrupted(self._state())),
+                    timeout=timeout,
+                )
+            except asyncio.CancelledError:
+                self._on_cancel()
+                continue
+            except TimeoutError:
+                pass
+            break
+        if handle.done():
+            return True
+        handle.cancel()
+        while not handle.done():
+            try:
+                await workflow.wait_condition(handle.done)
+            except asyncio.CancelledError:
+                self._on_cancel()
+        return False
