@@ -103,9 +103,9 @@ class Mirror:
             self._queue.append(snapshot(s, phase=phase, at=at, clear=clear and last,
                                         outcome=s.outcome if last else Outcome.RUNNING))
         if not entries and (clear or s.outcome is not self._outcome):
-            at = s.phase_started_at or s.started_at
-            if at is not None:
-                self._queue.append(snapshot(s, phase=s.phase, at=at, outcome=s.outcome,
+            when = s.phase_started_at or s.started_at
+            if when is not None:
+                self._queue.append(snapshot(s, phase=s.phase, at=when, outcome=s.outcome,
                                             clear=clear))
         self._outcome = s.outcome
         if self._queue and (self._task is None or self._task.done()):
