@@ -77,8 +77,7 @@ def _bind(api: KubeApi, inp: AdmitInput) -> Target:
         main = pods[0].container(ENGINE_CONTAINER)
         extra_args = list(main.args) if main is not None else []
         cmd = None
-    shape = read_shape(engine=engine, role_kind=kind, size=size, extra_args=extra_args,
-                       command=cmd)
+    shape = read_shape(engine=engine, role_kind=kind, size=size, extra_args=extra_args, command=cmd)
     members = [_as_member(p) for p in pods]
     if req.intent is IntentKind.SURPLUS_SHED:
         named = set(req.members)
@@ -97,18 +96,28 @@ def _bind(api: KubeApi, inp: AdmitInput) -> Target:
     bound = [_member(p, measured=p.name in measured) for p in targets]
     workload_name, workload_uid = _workload(api, req.namespace, {p.uid for p in pods})
     return Target(
-        namespace=req.namespace, deployment=req.deployment, role=req.role,
-        ordinal=req.ordinal, intent=req.intent, engine=engine,
-        engine_version=md.engine.version, shape=shape.shape.value, router=md.router,
-        members=bound, workload_name=workload_name, workload_uid=workload_uid,
+        namespace=req.namespace,
+        deployment=req.deployment,
+        role=req.role,
+        ordinal=req.ordinal,
+        intent=req.intent,
+        engine=engine,
+        engine_version=md.engine.version,
+        shape=shape.shape.value,
+        router=md.router,
+        members=bound,
+        workload_name=workload_name,
+        workload_uid=workload_uid,
         observed_generation=md.observed_generation or md.generation or 0,
         deployment_uid=md.uid,
     )
 
 
 def _replica_pods(api: KubeApi, ns: str, md: str, role: str, ordinal: int) -> list[Pod]:
-    selector = (f"{LABEL_NAME}={APP_NAME},{LABEL_INSTANCE}={md},{LABEL_COMPONENT}={role},"
-                f"{LABEL_ORDINAL}={ordinal}")
+    selector = (
+        f"{LABEL_NAME}={APP_NAME},{LABEL_INSTANCE}={md},{LABEL_COMPONENT}={role},"
+        f"{LABEL_ORDINAL}={ordinal}"
+    )
     pods = api.list_pods(namespace=ns, selector=selector)
     return sorted(pods, key=lambda p: (member_index(_as_member(p)) or 0, p.name))
 
@@ -122,8 +131,10 @@ def _role_kind(role: Role | None, pods: list[Pod]) -> str:
         declared = role.kind
         labelled = {p.labels.get(LABEL_ROLE_KIND) for p in pods} - {None}
         if labelled and labelled != {declared}:
-            raise Refusal(f"role kind {declared} and the Pods' {LABEL_ROLE_KIND} "
-                          f"{sorted(x for x in labelled if x)} disagree")
+            raise Refusal(
+                f"role kind {declared} and the Pods' {LABEL_ROLE_KIND} "
+                f"{sorted(x for x in labelled if x)} disagree"
+            )
         return declared
     kinds = {p.labels.get(LABEL_ROLE_KIND) or "Server" for p in pods}
     if len(kinds) != 1:
@@ -146,8 +157,7 @@ def _member(p: Pod, *, measured: bool) -> MemberTarget:
     status = p.container_status(ENGINE_CONTAINER)
     container_id = status.container_id if status is not None else ""
     if not container_id:
-        raise Refusal(f"container {ENGINE_CONTAINER} of {name} has no container ID (not "
-                      "started)")
+        raise Refusal(f"container {ENGINE_CONTAINER} of {name} has no container ID (not started)")
     if not p.pod_ip:
         raise Refusal(f"Pod {name} has no address")
     ann = p.annotations
@@ -161,12 +171,19 @@ def _member(p: Pod, *, measured: bool) -> MemberTarget:
             raise Refusal(f"member {name}: {e}; its metrics cannot be read") from e
     labels = dict(p.labels)
     return MemberTarget(
-        pod=name, uid=p.uid, container_id=container_id,
+        pod=name,
+        uid=p.uid,
+        container_id=container_id,
         restart_count=status.restart_count if status is not None else 0,
-        ip=p.pod_ip, member_index=member_index(_as_member(p)), measured=measured,
+        ip=p.pod_ip,
+        member_index=member_index(_as_member(p)),
+        measured=measured,
         eligible_at_admission=labels.get(LABEL_ELIGIBLE) == "true",
-        serve_port=_serve_port(main), metrics_port=port, metrics_scheme=scheme or "http",
-        metrics_path=path or "/metrics", labels=labels,
+        serve_port=_serve_port(main),
+        metrics_port=port,
+        metrics_scheme=scheme or "http",
+        metrics_path=path or "/metrics",
+        labels=labels,
     )
 
 

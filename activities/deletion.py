@@ -51,8 +51,7 @@ def _delete_workload(api: KubeApi, target: Target) -> str:
     if _owns_other_pods(w, target):
         return "kept (owns other Pods)"
     try:
-        api.delete_workload(namespace=target.namespace, name=w.name,
-                            uid=target.workload_uid or "")
+        api.delete_workload(namespace=target.namespace, name=w.name, uid=target.workload_uid or "")
     except (NotFound, Conflict):
         return "gone"
     return "deleted"
@@ -68,8 +67,9 @@ def settle(api: KubeApi, inp: PhaseInput) -> Observation:
             try:
                 pod = read_member(api, namespace=target.namespace, name=m.pod, uid=m.uid)
             except KubeError as e:
-                return Observation(verdict=Verdict.UNKNOWN,
-                                   reason=f"read failed: {e.status or type(e).__name__}")
+                return Observation(
+                    verdict=Verdict.UNKNOWN, reason=f"read failed: {e.status or type(e).__name__}"
+                )
             if not isinstance(pod, MemberGone):
                 present.append(m.pod)
         w = _workload(api, target)
@@ -77,8 +77,11 @@ def settle(api: KubeApi, inp: PhaseInput) -> Observation:
         if w is not None and not _owns_other_pods(w, target):
             readings["workload"] = "still holds the capacity"
         if present or "workload" in readings:
-            return Observation(verdict=Verdict.UNKNOWN, readings=readings,
-                               reason=f"waiting for {', '.join(readings)}")
+            return Observation(
+                verdict=Verdict.UNKNOWN,
+                readings=readings,
+                reason=f"waiting for {', '.join(readings)}",
+            )
         return Observation(verdict=Verdict.VERIFIED, reason="Pods gone, capacity released")
 
     return poll_until(deadline=inp.deadline, interval=inp.poll_interval_s, once=once)

@@ -53,8 +53,14 @@ def exec_oneshot(api: KubeApi, target: Target, m: MemberTarget) -> tuple[str, st
     except ValueError as e:
         return "", f"read refused: {e}"
     argv = command(port=port, scheme=scheme, path=path, names=SERIES[target.engine].all)
-    result = api.exec_pod(namespace=target.namespace, name=m.pod, container=ENGINE_CONTAINER,
-                          argv=argv, timeout_s=EXEC_TIMEOUT_S, output_cap=OUTPUT_CAP)
+    result = api.exec_pod(
+        namespace=target.namespace,
+        name=m.pod,
+        container=ENGINE_CONTAINER,
+        argv=argv,
+        timeout_s=EXEC_TIMEOUT_S,
+        output_cap=OUTPUT_CAP,
+    )
     if result.error:
         return "", result.error
     if result.exit_code not in (0, None):
@@ -96,14 +102,16 @@ def drain(api: KubeApi, inp: PhaseInput) -> Observation:
                 samples[m.pod] = read_member(api, target, m)
             except Replaced as e:
                 return Observation(verdict=Verdict.FAILED, reason=f"member {e}")
-        new, verdict, reason = observe_round(progress[0], measured=target.measured,
-                                             samples=samples)
+        new, verdict, reason = observe_round(progress[0], measured=target.measured, samples=samples)
         progress[0] = new
-        return Observation(verdict=verdict, reason=reason,
-                           readings={k: _describe(s) for k, s in samples.items()})
+        return Observation(
+            verdict=verdict, reason=reason, readings={k: _describe(s) for k, s in samples.items()}
+        )
 
     return poll_until(
-        deadline=inp.deadline, interval=inp.poll_interval_s, once=once,
+        deadline=inp.deadline,
+        interval=inp.poll_interval_s,
+        once=once,
         details=lambda obs: DrainHeartbeat(progress=progress[0], readings=obs.readings),
     )
 

@@ -18,8 +18,9 @@ from kube.errors import KubeError
 
 def application_error(error: KubeError) -> ApplicationError:
     """The ``ApplicationError`` for ``error`` (its type: the error's class name)."""
-    return ApplicationError(str(error), type=type(error).__name__,
-                            non_retryable=not error.retryable)
+    return ApplicationError(
+        str(error), type=type(error).__name__, non_retryable=not error.retryable
+    )
 
 
 @contextmanager

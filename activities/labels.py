@@ -18,8 +18,7 @@ LABEL_ATTEMPTS = 3
 
 
 def _lost(m: MemberTarget, change: LabelChange) -> str:
-    return f"member {m.pod} " + ("was replaced" if change is LabelChange.REPLACED
-                                 else "is gone")
+    return f"member {m.pod} " + ("was replaced" if change is LabelChange.REPLACED else "is gone")
 
 
 def _take_label_off(api: KubeApi, target: Target, m: MemberTarget) -> Observation | str:
@@ -27,19 +26,20 @@ def _take_label_off(api: KubeApi, target: Target, m: MemberTarget) -> Observatio
     for _ in range(LABEL_ATTEMPTS):
         pod = read_member(api, namespace=target.namespace, name=m.pod, uid=m.uid)
         if isinstance(pod, MemberGone):
-            return Observation(verdict=Verdict.FAILED,
-                               reason=f"member {m.pod} is gone or replaced")
+            return Observation(verdict=Verdict.FAILED, reason=f"member {m.pod} is gone or replaced")
         current = pod.labels.get(LABEL_ELIGIBLE)
         if current is None:
             return "label already absent"
-        change = set_eligibility(api, namespace=target.namespace, name=m.pod, uid=m.uid,
-                                 current=current, eligible=False)
+        change = set_eligibility(
+            api, namespace=target.namespace, name=m.pod, uid=m.uid, current=current, eligible=False
+        )
         if change is LabelChange.APPLIED:
             return "label removed"
         if change is not LabelChange.CHANGED:
             return Observation(verdict=Verdict.FAILED, reason=_lost(m, change))
-    return Observation(verdict=Verdict.UNKNOWN,
-                       reason=f"the label of member {m.pod} keeps changing concurrently")
+    return Observation(
+        verdict=Verdict.UNKNOWN, reason=f"the label of member {m.pod} keeps changing concurrently"
+    )
 
 
 def disqualify(api: KubeApi, target: Target) -> Observation:
@@ -50,8 +50,12 @@ def disqualify(api: KubeApi, target: Target) -> Observation:
         if isinstance(done, Observation):
             return done.model_copy(update={"readings": readings})
         readings[m.pod] = done
-    return Observation(verdict=Verdict.VERIFIED, reason="eligibility label gone from all "
-                       "members", readings=readings, polls=1)
+    return Observation(
+        verdict=Verdict.VERIFIED,
+        reason="eligibility label gone from all members",
+        readings=readings,
+        polls=1,
+    )
 
 
 def restore_once(api: KubeApi, target: Target, result: RestoreResult) -> RestoreResult:
@@ -77,15 +81,23 @@ def restore_once(api: KubeApi, target: Target, result: RestoreResult) -> Restore
             continue
         if group:
             if not probes_supported(target):
-                held[m.pod] = (f"identity probe unsupported for {target.engine} "
-                               f"{target.engine_version or '(no version)'}")
+                held[m.pod] = (
+                    f"identity probe unsupported for {target.engine} "
+                    f"{target.engine_version or '(no version)'}"
+                )
                 continue
             probe = identity_probe(target, m)
             if probe:
                 held[m.pod] = probe
                 continue
-        change = set_eligibility(api, namespace=target.namespace, name=m.pod, uid=m.uid,
-                                 current=pod.labels.get(LABEL_ELIGIBLE), eligible=True)
+        change = set_eligibility(
+            api,
+            namespace=target.namespace,
+            name=m.pod,
+            uid=m.uid,
+            current=pod.labels.get(LABEL_ELIGIBLE),
+            eligible=True,
+        )
         if change is LabelChange.CHANGED:
             held[m.pod] = "the label changed while restoring: read again on the next pass"
             continue

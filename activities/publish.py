@@ -45,8 +45,7 @@ def publish(api: KubeApi, inp: PublishInput) -> None:
     fields) and emit the phase's Event once (a deterministic name makes retries no-ops)."""
     body = {"status": {"retirement": retirement_status(inp)}}
     try:
-        md = api.patch_deployment_status(namespace=inp.namespace, name=inp.deployment,
-                                         patch=body)
+        md = api.patch_deployment_status(namespace=inp.namespace, name=inp.deployment, patch=body)
     except NotFound:  # the deployment is gone: nothing to mirror on
         return
     uid = (md.get("metadata") or {}).get("uid") or ""
@@ -54,18 +53,28 @@ def publish(api: KubeApi, inp: PublishInput) -> None:
 
 
 def _event(api: KubeApi, inp: PublishInput, *, uid: str) -> None:
-    warning = inp.phase is Phase.ABORTED or inp.outcome in (Outcome.REFUSED,
-                                                             Outcome.COMPLETED_UNSETTLED)
-    reason = "Retirement" + (inp.outcome.value if inp.outcome is not Outcome.RUNNING
-                             else inp.phase.value)
+    warning = inp.phase is Phase.ABORTED or inp.outcome in (
+        Outcome.REFUSED,
+        Outcome.COMPLETED_UNSETTLED,
+    )
+    reason = "Retirement" + (
+        inp.outcome.value if inp.outcome is not Outcome.RUNNING else inp.phase.value
+    )
     message = f"role {inp.role} ordinal {inp.ordinal}: {inp.phase}"
     if inp.reason:
         message += f" ({inp.reason[:400]})"
     post_event(
         api,
-        about=ObjectRef(api_version=f"{GROUP}/{VERSION}", kind=KIND, namespace=inp.namespace,
-                        name=inp.deployment, uid=uid),
+        about=ObjectRef(
+            api_version=f"{GROUP}/{VERSION}",
+            kind=KIND,
+            namespace=inp.namespace,
+            name=inp.deployment,
+            uid=uid,
+        ),
         tag="retire",
         key=f"{inp.workflow_id}|{inp.phase}|{inp.outcome}|{inp.phase_started_at.isoformat()}",
-        reason=reason, message=message, warning=warning,
+        reason=reason,
+        message=message,
+        warning=warning,
     )

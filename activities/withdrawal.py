@@ -43,8 +43,9 @@ def services_listing(api: KubeApi, target: Target) -> dict[str, list[str]]:
 
 def router_pods(api: KubeApi, target: Target) -> list[Pod]:
     """The deployment's router Pods."""
-    pods = api.list_pods(namespace=target.namespace,
-                         selector=f"{LABEL_INSTANCE}={target.deployment},{LABEL_ROUTER}")
+    pods = api.list_pods(
+        namespace=target.namespace, selector=f"{LABEL_INSTANCE}={target.deployment},{LABEL_ROUTER}"
+    )
     return [p for p in pods if not p.terminating]
 
 
@@ -109,23 +110,31 @@ def withdraw(api: KubeApi, inp: PhaseInput) -> Observation:
                     requested.add(key)
             if services or pending:
                 reasons = [f"service {n} lists {', '.join(a)}" for n, a in services.items()]
-                return Observation(verdict=Verdict.UNKNOWN,
-                                   reason="; ".join(reasons + pending), readings=readings)
-            return Observation(verdict=Verdict.VERIFIED, readings=readings,
-                               reason="no Service lists and no router selects a target")
+                return Observation(
+                    verdict=Verdict.UNKNOWN, reason="; ".join(reasons + pending), readings=readings
+                )
+            return Observation(
+                verdict=Verdict.VERIFIED,
+                readings=readings,
+                reason="no Service lists and no router selects a target",
+            )
 
         return poll_until(
-            deadline=inp.deadline, interval=inp.poll_interval_s, once=once,
-            details=lambda obs: WithdrawProgress(polls=obs.polls,
-                                                 removal_requested=sorted(requested), last=obs),
+            deadline=inp.deadline,
+            interval=inp.poll_interval_s,
+            once=once,
+            details=lambda obs: WithdrawProgress(
+                polls=obs.polls, removal_requested=sorted(requested), last=obs
+            ),
         )
 
 
 def _routerless(api: KubeApi, inp: PhaseInput, quiet: dict[str, object]) -> tuple[Verdict, str]:
     """The router-less policy: hold (default), or a quiet window of unmoving counters."""
     if inp.routerless_policy is RouterlessPolicy.HOLD:
-        return Verdict.UNKNOWN, ("router-less: nothing reports that client connections went "
-                                 "quiet (policy hold)")
+        return Verdict.UNKNOWN, (
+            "router-less: nothing reports that client connections went quiet (policy hold)"
+        )
     target = inp.target
     counters: dict[str, tuple[float, ...]] = {}
     for m in (m for m in target.members if m.measured):

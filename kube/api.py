@@ -40,14 +40,16 @@ class KubeApi(Protocol):
         """Every ModelDeployment of ``namespace`` (None: of every namespace)."""
         ...
 
-    def patch_deployment(self, *, namespace: str, name: str,
-                         patch: dict[str, Any]) -> dict[str, Any]:
+    def patch_deployment(
+        self, *, namespace: str, name: str, patch: dict[str, Any]
+    ) -> dict[str, Any]:
         """Merge-patch a ModelDeployment; a ``metadata.resourceVersion`` in ``patch`` is a
         precondition (Conflict when stale)."""
         ...
 
-    def patch_deployment_status(self, *, namespace: str, name: str,
-                                patch: dict[str, Any]) -> dict[str, Any]:
+    def patch_deployment_status(
+        self, *, namespace: str, name: str, patch: dict[str, Any]
+    ) -> dict[str, Any]:
         """Merge-patch the status subresource; returns the object."""
         ...
 
@@ -68,8 +70,16 @@ class KubeApi(Protocol):
         """Delete a Pod only if it has ``uid`` (Conflict otherwise)."""
         ...
 
-    def exec_pod(self, *, namespace: str, name: str, container: str, argv: list[str],
-                 timeout_s: float, output_cap: int) -> ExecResult:
+    def exec_pod(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        container: str,
+        argv: list[str],
+        timeout_s: float,
+        output_cap: int,
+    ) -> ExecResult:
         """Run ``argv`` in a container, bounded in time and output; never raises."""
         ...
 

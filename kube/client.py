@@ -41,8 +41,9 @@ class Kube:
         object.__setattr__(self, "_discovery", client.DiscoveryV1Api(self.api))
 
     @classmethod
-    def from_config(cls, *, kubeconfig: str | None = None,
-                    timeout_s: float = REQUEST_TIMEOUT_S) -> Kube:
+    def from_config(
+        cls, *, kubeconfig: str | None = None, timeout_s: float = REQUEST_TIMEOUT_S
+    ) -> Kube:
         """From a kubeconfig file, or in-cluster configuration when none is given."""
         cfg = client.Configuration()
         if kubeconfig:
@@ -72,33 +73,45 @@ class Kube:
     def get_deployment(self, *, namespace: str, name: str) -> dict[str, Any]:
         with translated(f"read ModelDeployment {namespace}/{name}"):
             md: dict[str, Any] = self._custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=self.timeout_s)
+                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=self.timeout_s
+            )
         return md
 
     def list_deployments(self, *, namespace: str | None = None) -> list[dict[str, Any]]:
         with translated(f"list ModelDeployments in {namespace or 'every namespace'}"):
             if namespace is None:
                 listing = self._custom.list_cluster_custom_object(
-                    GROUP, VERSION, PLURAL, _request_timeout=self.timeout_s)
+                    GROUP, VERSION, PLURAL, _request_timeout=self.timeout_s
+                )
             else:
                 listing = self._custom.list_namespaced_custom_object(
-                    GROUP, VERSION, namespace, PLURAL, _request_timeout=self.timeout_s)
+                    GROUP, VERSION, namespace, PLURAL, _request_timeout=self.timeout_s
+                )
         return list(listing.get("items") or [])
 
-    def patch_deployment(self, *, namespace: str, name: str,
-                         patch: dict[str, Any]) -> dict[str, Any]:
+    def patch_deployment(
+        self, *, namespace: str, name: str, patch: dict[str, Any]
+    ) -> dict[str, Any]:
         with translated(f"patch ModelDeployment {namespace}/{name}"):
             md: dict[str, Any] = self._custom.patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name, patch,
-                _request_timeout=self.timeout_s)
+                GROUP, VERSION, namespace, PLURAL, name, patch, _request_timeout=self.timeout_s
+            )
         return md
 
-    def patch_deployment_status(self, *, namespace: str, name: str,
-                                patch: dict[str, Any]) -> dict[str, Any]:
+    def patch_deployment_status(
+        self, *, namespace: str, name: str, patch: dict[str, Any]
+    ) -> dict[str, Any]:
         with translated(f"patch status of ModelDeployment {namespace}/{name}"):
             md: dict[str, Any] = self._custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, PLURAL, name, patch, field_manager=FIELD_MANAGER,
-                _request_timeout=self.timeout_s)
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                patch,
+                field_manager=FIELD_MANAGER,
+                _request_timeout=self.timeout_s,
+            )
         return md
 
     # ------------------------------------------------------------ Pods
@@ -106,47 +119,67 @@ class Kube:
     def list_pods(self, *, namespace: str, selector: str) -> list[Pod]:
         with translated(f"list Pods in {namespace}"):
             items = self._core.list_namespaced_pod(
-                namespace, label_selector=selector, _request_timeout=self.timeout_s).items
+                namespace, label_selector=selector, _request_timeout=self.timeout_s
+            ).items
         return [Pod.from_raw(self._raw(p)) for p in items or []]
 
     def read_pod(self, *, namespace: str, name: str) -> Pod:
         with translated(f"read Pod {namespace}/{name}"):
-            pod = self._core.read_namespaced_pod(name, namespace,
-                                                 _request_timeout=self.timeout_s)
+            pod = self._core.read_namespaced_pod(name, namespace, _request_timeout=self.timeout_s)
         return Pod.from_raw(self._raw(pod))
 
     def patch_pod(self, *, namespace: str, name: str, ops: list[dict[str, Any]]) -> Pod:
         with translated(f"patch Pod {namespace}/{name}"):
-            pod = self._core.patch_namespaced_pod(name, namespace, ops,
-                                                  _request_timeout=self.timeout_s)
+            pod = self._core.patch_namespaced_pod(
+                name, namespace, ops, _request_timeout=self.timeout_s
+            )
         return Pod.from_raw(self._raw(pod))
 
     def delete_pod(self, *, namespace: str, name: str, uid: str) -> None:
         with translated(f"delete Pod {namespace}/{name}"):
             self._core.delete_namespaced_pod(
-                name, namespace, body=client.V1DeleteOptions(
-                    preconditions=client.V1Preconditions(uid=uid)),
-                _request_timeout=self.timeout_s)
+                name,
+                namespace,
+                body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
+                _request_timeout=self.timeout_s,
+            )
 
-    def exec_pod(self, *, namespace: str, name: str, container: str, argv: list[str],
-                 timeout_s: float, output_cap: int) -> ExecResult:
-        return run_exec(self._core.connect_get_namespaced_pod_exec, namespace=namespace,
-                        name=name, container=container, argv=argv, timeout_s=timeout_s,
-                        output_cap=output_cap)
+    def exec_pod(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        container: str,
+        argv: list[str],
+        timeout_s: float,
+        output_cap: int,
+    ) -> ExecResult:
+        return run_exec(
+            self._core.connect_get_namespaced_pod_exec,
+            namespace=namespace,
+            name=name,
+            container=container,
+            argv=argv,
+            timeout_s=timeout_s,
+            output_cap=output_cap,
+        )
 
     # ------------------------------------------------------------ Services
 
     def list_services(self, *, namespace: str) -> list[Service]:
         with translated(f"list Services in {namespace}"):
             items = self._core.list_namespaced_service(
-                namespace, _request_timeout=self.timeout_s).items
+                namespace, _request_timeout=self.timeout_s
+            ).items
         return [Service.from_raw(self._raw(s)) for s in items or []]
 
     def list_endpoint_slices(self, *, namespace: str, service: str) -> list[EndpointSlice]:
         with translated(f"list EndpointSlices of Service {namespace}/{service}"):
             items = self._discovery.list_namespaced_endpoint_slice(
-                namespace, label_selector=f"kubernetes.io/service-name={service}",
-                _request_timeout=self.timeout_s).items
+                namespace,
+                label_selector=f"kubernetes.io/service-name={service}",
+                _request_timeout=self.timeout_s,
+            ).items
         return [EndpointSlice.from_raw(self._raw(s)) for s in items or []]
 
     # ------------------------------------------------------------ Workloads
@@ -155,27 +188,35 @@ class Kube:
         group, version, plural = KUEUE_WORKLOAD_API
         with translated(f"read Workload {namespace}/{name}"):
             w = self._custom.get_namespaced_custom_object(
-                group, version, namespace, plural, name, _request_timeout=self.timeout_s)
+                group, version, namespace, plural, name, _request_timeout=self.timeout_s
+            )
         return Workload.from_raw(w)
 
     def list_workloads(self, *, namespace: str) -> list[Workload]:
         group, version, plural = KUEUE_WORKLOAD_API
         with translated(f"list Workloads in {namespace}"):
             listing = self._custom.list_namespaced_custom_object(
-                group, version, namespace, plural, _request_timeout=self.timeout_s)
+                group, version, namespace, plural, _request_timeout=self.timeout_s
+            )
         return [Workload.from_raw(w) for w in listing.get("items") or []]
 
     def delete_workload(self, *, namespace: str, name: str, uid: str) -> None:
         group, version, plural = KUEUE_WORKLOAD_API
         with translated(f"delete Workload {namespace}/{name}"):
             self._custom.delete_namespaced_custom_object(
-                group, version, namespace, plural, name, body=client.V1DeleteOptions(
-                    preconditions=client.V1Preconditions(uid=uid)),
-                _request_timeout=self.timeout_s)
+                group,
+                version,
+                namespace,
+                plural,
+                name,
+                body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
+                _request_timeout=self.timeout_s,
+            )
 
     # ------------------------------------------------------------ Events
 
     def create_event(self, *, namespace: str, event: dict[str, Any]) -> None:
         with translated(f"create Event in {namespace}"):
-            self._core.create_namespaced_event(namespace, client.CoreV1Event.from_dict(event),
-                                               _request_timeout=self.timeout_s)
+            self._core.create_namespaced_event(
+                namespace, client.CoreV1Event.from_dict(event), _request_timeout=self.timeout_s
+            )

@@ -77,8 +77,13 @@ class ModelDeployment:
     @property
     def ref(self) -> ObjectRef:
         """This deployment as an Event's ``involvedObject``."""
-        return ObjectRef(api_version=f"{GROUP}/{VERSION}", kind=KIND,
-                         namespace=self.namespace, name=self.name, uid=self.uid)
+        return ObjectRef(
+            api_version=f"{GROUP}/{VERSION}",
+            kind=KIND,
+            namespace=self.namespace,
+            name=self.name,
+            uid=self.uid,
+        )
 
 
 class _Reader:
@@ -88,8 +93,7 @@ class _Reader:
         self.namespace, self.name, self.uid = namespace, name, uid
 
     def fail(self, reason: str) -> MalformedDeployment:
-        return MalformedDeployment(reason, namespace=self.namespace, name=self.name,
-                                   uid=self.uid)
+        return MalformedDeployment(reason, namespace=self.namespace, name=self.name, uid=self.uid)
 
     def obj(self, raw: Any, where: str, *, required: bool = False) -> Mapping[str, Any]:
         if raw is None and not required:
@@ -142,9 +146,10 @@ def parse_deployment(raw: Any) -> ModelDeployment:
         r.text(value, f"metadata.annotations[{key!r}]")
     spec = r.obj(raw.get("spec"), "spec", required=True)
     engine_raw = r.obj(spec.get("engine"), "spec.engine")
-    engine = Engine(name=r.text(engine_raw.get("name"), "spec.engine.name", default=""),
-                    version=r.text(engine_raw.get("version"), "spec.engine.version",
-                                   default=""))
+    engine = Engine(
+        name=r.text(engine_raw.get("name"), "spec.engine.name", default=""),
+        version=r.text(engine_raw.get("version"), "spec.engine.version", default=""),
+    )
     if spec.get("roles") is None:
         raise r.fail("spec.roles is missing")
     if not isinstance(spec["roles"], list):
@@ -160,14 +165,20 @@ def parse_deployment(raw: Any) -> ModelDeployment:
     retirement = r.obj(status.get("retirement"), "status.retirement")
     token = retirement.get("lastConsumedRetryToken")
     return ModelDeployment(
-        namespace=namespace, name=name, uid=uid, engine=engine, roles=roles,
-        router=_router(r, spec.get("router")), annotations=dict(annotations),
-        generation=r.integer(meta.get("generation"), "metadata.generation", minimum=0,
-                             default=0),
-        observed_generation=None if observed is None else r.integer(
-            observed, "status.observedGeneration", minimum=0),
-        resource_version=r.text(meta.get("resourceVersion"), "metadata.resourceVersion",
-                                default=""),
+        namespace=namespace,
+        name=name,
+        uid=uid,
+        engine=engine,
+        roles=roles,
+        router=_router(r, spec.get("router")),
+        annotations=dict(annotations),
+        generation=r.integer(meta.get("generation"), "metadata.generation", minimum=0, default=0),
+        observed_generation=None
+        if observed is None
+        else r.integer(observed, "status.observedGeneration", minimum=0),
+        resource_version=r.text(
+            meta.get("resourceVersion"), "metadata.resourceVersion", default=""
+        ),
         last_consumed_retry_token=token if isinstance(token, str) and token else None,
     )
 
@@ -177,8 +188,10 @@ def _role(r: _Reader, raw: Any, i: int) -> Role:
     role = r.obj(raw, where, required=True)
     name = r.text(role.get("name"), f"{where}.name")
     if len(name) > ROLE_NAME_MAX or not _NAME.match(name):
-        raise r.fail(f"{where}.name {name[:80]!r} is not a valid role name (lower-case "
-                     f"letters, digits, '-' and '.', at most {ROLE_NAME_MAX} characters)")
+        raise r.fail(
+            f"{where}.name {name[:80]!r} is not a valid role name (lower-case "
+            f"letters, digits, '-' and '.', at most {ROLE_NAME_MAX} characters)"
+        )
     where = f"role {name!r}"
     if role.get("replicas") is None:
         raise r.fail(f"{where}: replicas is missing")
@@ -188,8 +201,9 @@ def _role(r: _Reader, raw: Any, i: int) -> Role:
         replicas=r.integer(role.get("replicas"), f"{where}: replicas", minimum=0),
         kind=r.text(role.get("kind"), f"{where}: kind", default="Server") or "Server",
         size=r.integer(role.get("size"), f"{where}: size", minimum=1, default=1),
-        extra_args=() if role.get("extraArgs") is None else r.strings(
-            role["extraArgs"], f"{where}: extraArgs"),
+        extra_args=()
+        if role.get("extraArgs") is None
+        else r.strings(role["extraArgs"], f"{where}: extraArgs"),
         command=None if command is None else r.strings(command, f"{where}: command"),
     )
 

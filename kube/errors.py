@@ -111,8 +111,9 @@ def classify(error: BaseException, *, what: str) -> KubeError:
         return error
     if isinstance(error, ApiException):
         status = int(error.status or 0)
-        return _status_class(status)(what, status=status, reason=str(error.reason or ""),
-                                     detail=_detail(error.body))
+        return _status_class(status)(
+            what, status=status, reason=str(error.reason or ""), detail=_detail(error.body)
+        )
     # urllib3 errors (connection refused, read timeout, protocol) and OSError (socket,
     # TLS, TimeoutError): the server did not answer.
     return Unavailable(what, reason=f"{type(error).__name__}: {error}"[:_DETAIL_CAP])

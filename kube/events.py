@@ -24,12 +24,17 @@ def event_name(about: ObjectRef, *, tag: str, key: str) -> str:
     return f"{about.name}.{tag}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
-def event_body(*, about: ObjectRef, name: str, reason: str, message: str, warning: bool,
-               now: datetime) -> dict[str, Any]:
+def event_body(
+    *, about: ObjectRef, name: str, reason: str, message: str, warning: bool, now: datetime
+) -> dict[str, Any]:
     """A core/v1 Event body."""
     stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    involved: dict[str, Any] = {"apiVersion": about.api_version, "kind": about.kind,
-                                "name": about.name, "namespace": about.namespace}
+    involved: dict[str, Any] = {
+        "apiVersion": about.api_version,
+        "kind": about.kind,
+        "name": about.name,
+        "namespace": about.namespace,
+    }
     if about.uid:
         involved["uid"] = about.uid
     return {
@@ -47,12 +52,27 @@ def event_body(*, about: ObjectRef, name: str, reason: str, message: str, warnin
     }
 
 
-def post_event(api: KubeApi, *, about: ObjectRef, tag: str, key: str, reason: str,
-               message: str, warning: bool = False, now: datetime | None = None) -> bool:
+def post_event(
+    api: KubeApi,
+    *,
+    about: ObjectRef,
+    tag: str,
+    key: str,
+    reason: str,
+    message: str,
+    warning: bool = False,
+    now: datetime | None = None,
+) -> bool:
     """Post the Event ``key`` about ``about`` once; False when it was already posted."""
     name = event_name(about, tag=tag, key=key)
-    body = event_body(about=about, name=name, reason=reason, message=message, warning=warning,
-                      now=now or datetime.now(UTC))
+    body = event_body(
+        about=about,
+        name=name,
+        reason=reason,
+        message=message,
+        warning=warning,
+        now=now or datetime.now(UTC),
+    )
     try:
         api.create_event(namespace=about.namespace, event=body)
     except Conflict:

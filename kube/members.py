@@ -81,8 +81,9 @@ class LabelChange(StrEnum):
     REPLACED = "replaced"  # a Pod of that name with another UID: not touched
 
 
-def eligibility_patch(*, uid: str, current: str | None, eligible: bool,
-                      key: str = LABEL_ELIGIBLE) -> list[dict[str, Any]]:
+def eligibility_patch(
+    *, uid: str, current: str | None, eligible: bool, key: str = LABEL_ELIGIBLE
+) -> list[dict[str, Any]]:
     """The JSON patch that sets (``eligible``) or removes the label on the Pod ``uid``,
     only if the label is still ``current`` (None: absent)."""
     path = label_path(key)
@@ -97,13 +98,17 @@ def eligibility_patch(*, uid: str, current: str | None, eligible: bool,
     return ops
 
 
-def set_eligibility(api: KubeApi, *, namespace: str, name: str, uid: str, current: str | None,
-                    eligible: bool) -> LabelChange:
+def set_eligibility(
+    api: KubeApi, *, namespace: str, name: str, uid: str, current: str | None, eligible: bool
+) -> LabelChange:
     """Put the eligibility label on (``eligible``) or take it off the admitted member,
     bound to its UID and to the label value last read (``current``)."""
     try:
-        api.patch_pod(namespace=namespace, name=name,
-                      ops=eligibility_patch(uid=uid, current=current, eligible=eligible))
+        api.patch_pod(
+            namespace=namespace,
+            name=name,
+            ops=eligibility_patch(uid=uid, current=current, eligible=eligible),
+        )
     except NotFound:
         return LabelChange.GONE
     except Invalid:

@@ -87,34 +87,49 @@ class Pod:
     @classmethod
     def from_raw(cls, raw: Mapping[str, Any]) -> Pod:
         """The view of one Pod body."""
-        meta, spec, status = _map(raw.get("metadata")), _map(raw.get("spec")), _map(
-            raw.get("status"))
+        meta, spec, status = (
+            _map(raw.get("metadata")),
+            _map(raw.get("spec")),
+            _map(raw.get("status")),
+        )
         containers = tuple(
             Container(
                 name=str(c.get("name") or ""),
                 args=tuple(str(a) for a in _list(c.get("args"))),
                 ports=tuple(
-                    ContainerPort(container_port=_int(p.get("containerPort")),
-                                  name=None if p.get("name") is None else str(p["name"]))
-                    for p in map(_map, _list(c.get("ports")))),
+                    ContainerPort(
+                        container_port=_int(p.get("containerPort")),
+                        name=None if p.get("name") is None else str(p["name"]),
+                    )
+                    for p in map(_map, _list(c.get("ports")))
+                ),
             )
-            for c in map(_map, _list(spec.get("containers"))))
+            for c in map(_map, _list(spec.get("containers")))
+        )
         statuses = tuple(
-            ContainerStatus(name=str(s.get("name") or ""),
-                            container_id=str(s.get("containerID") or ""),
-                            restart_count=_int(s.get("restartCount")))
-            for s in map(_map, _list(status.get("containerStatuses"))))
+            ContainerStatus(
+                name=str(s.get("name") or ""),
+                container_id=str(s.get("containerID") or ""),
+                restart_count=_int(s.get("restartCount")),
+            )
+            for s in map(_map, _list(status.get("containerStatuses")))
+        )
         conditions: dict[str, str] = {}
         for c in map(_map, _list(status.get("conditions"))):
             if c.get("type") is not None and str(c["type"]) not in conditions:
                 conditions[str(c["type"])] = str(c.get("status"))
         return cls(
-            name=str(meta.get("name") or ""), namespace=str(meta.get("namespace") or ""),
-            uid=str(meta.get("uid") or ""), labels=_strings(meta.get("labels")),
+            name=str(meta.get("name") or ""),
+            namespace=str(meta.get("namespace") or ""),
+            uid=str(meta.get("uid") or ""),
+            labels=_strings(meta.get("labels")),
             annotations=_strings(meta.get("annotations")),
             terminating=meta.get("deletionTimestamp") is not None,
             pod_ip=str(status["podIP"]) if status.get("podIP") else None,
-            containers=containers, container_statuses=statuses, conditions=conditions)
+            containers=containers,
+            container_statuses=statuses,
+            conditions=conditions,
+        )
 
     def container(self, name: str) -> Container | None:
         """The spec of container ``name``, if the Pod has one."""
@@ -149,9 +164,11 @@ class Service:
         """The view of one Service body."""
         spec = _map(raw.get("spec"))
         ip = spec.get("clusterIP")
-        return cls(name=str(_map(raw.get("metadata")).get("name") or ""),
-                   selector=_strings(spec.get("selector")),
-                   cluster_ip=None if ip is None else str(ip))
+        return cls(
+            name=str(_map(raw.get("metadata")).get("name") or ""),
+            selector=_strings(spec.get("selector")),
+            cluster_ip=None if ip is None else str(ip),
+        )
 
 
 @dataclass(frozen=True)
@@ -164,9 +181,14 @@ class EndpointSlice:
     @classmethod
     def from_raw(cls, raw: Mapping[str, Any]) -> EndpointSlice:
         """The view of one EndpointSlice body."""
-        return cls(name=str(_map(raw.get("metadata")).get("name") or ""),
-                   addresses=tuple(str(a) for e in map(_map, _list(raw.get("endpoints")))
-                                   for a in _list(e.get("addresses"))))
+        return cls(
+            name=str(_map(raw.get("metadata")).get("name") or ""),
+            addresses=tuple(
+                str(a)
+                for e in map(_map, _list(raw.get("endpoints")))
+                for a in _list(e.get("addresses"))
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -190,8 +212,15 @@ class Workload:
     def from_raw(cls, raw: Mapping[str, Any]) -> Workload:
         """The view of one Workload body."""
         meta = _map(raw.get("metadata"))
-        return cls(name=str(meta.get("name") or ""), uid=str(meta.get("uid") or ""),
-                   owners=tuple(OwnerRef(kind=str(o.get("kind") or ""),
-                                         name=str(o.get("name") or ""),
-                                         uid=str(o.get("uid") or ""))
-                                for o in map(_map, _list(meta.get("ownerReferences")))))
+        return cls(
+            name=str(meta.get("name") or ""),
+            uid=str(meta.get("uid") or ""),
+            owners=tuple(
+                OwnerRef(
+                    kind=str(o.get("kind") or ""),
+                    name=str(o.get("name") or ""),
+                    uid=str(o.get("uid") or ""),
+                )
+                for o in map(_map, _list(meta.get("ownerReferences")))
+            ),
+        )

@@ -13,14 +13,32 @@ from kubernetes.stream import stream
 from kube.api import ExecResult
 
 
-def run_exec(connect: Callable[..., Any], *, namespace: str, name: str, container: str,
-             argv: list[str], timeout_s: float, output_cap: int) -> ExecResult:
+def run_exec(
+    connect: Callable[..., Any],
+    *,
+    namespace: str,
+    name: str,
+    container: str,
+    argv: list[str],
+    timeout_s: float,
+    output_cap: int,
+) -> ExecResult:
     """Run ``argv`` through ``connect`` (``CoreV1Api.connect_get_namespaced_pod_exec``)."""
     started = time.monotonic()
     try:
-        resp = stream(connect, name, namespace, container=container, command=argv,
-                      stdin=False, stdout=True, stderr=True, tty=False,
-                      _preload_content=False, _request_timeout=timeout_s)
+        resp = stream(
+            connect,
+            name,
+            namespace,
+            container=container,
+            command=argv,
+            stdin=False,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            _preload_content=False,
+            _request_timeout=timeout_s,
+        )
     except Exception as e:
         return ExecResult(error=f"exec failed: {type(e).__name__}")
     out: list[str] = []

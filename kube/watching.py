@@ -26,8 +26,14 @@ Resource = Literal["pods", "modeldeployments"]
 WATCH_SECONDS = 60
 
 
-def watch_changes(kube: Kube, resource: Resource, *, on_change: Callable[[], None],
-                  stop: threading.Event, on_restart: Callable[[], None]) -> None:
+def watch_changes(
+    kube: Kube,
+    resource: Resource,
+    *,
+    on_change: Callable[[], None],
+    stop: threading.Event,
+    on_restart: Callable[[], None],
+) -> None:
     """List+watch ``resource`` in every namespace, calling ``on_change`` after each listing
     and on every change, and ``on_restart`` each time the watch starts over; until ``stop``."""
     # Bounded read: longer than the server-side watch, so only a stalled stream times out.
@@ -41,13 +47,21 @@ def watch_changes(kube: Kube, resource: Resource, *, on_change: Callable[[], Non
                 lister = kube.custom.list_cluster_custom_object
                 kwargs = {"group": GROUP, "version": VERSION, "plural": PLURAL}
             listing = lister(_request_timeout=kube.timeout_s, **kwargs)
-            rv = (listing.metadata.resource_version if resource == "pods"
-                  else listing["metadata"]["resourceVersion"])
+            rv = (
+                listing.metadata.resource_version
+                if resource == "pods"
+                else listing["metadata"]["resourceVersion"]
+            )
             on_change()
             w = watch.Watch()
-            for event in w.stream(lister, resource_version=rv, allow_watch_bookmarks=True,
-                                  timeout_seconds=WATCH_SECONDS, _request_timeout=timeout,
-                                  **kwargs):
+            for event in w.stream(
+                lister,
+                resource_version=rv,
+                allow_watch_bookmarks=True,
+                timeout_seconds=WATCH_SECONDS,
+                _request_timeout=timeout,
+                **kwargs,
+            ):
                 if event.get("type") != "BOOKMARK":
                     on_change()
                 if stop.is_set():

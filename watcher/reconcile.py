@@ -108,8 +108,13 @@ class Reconciler:
         log.warning("%s: skipped", e)
         if not e.name or not e.namespace:
             return
-        about = ObjectRef(api_version=f"{GROUP}/{VERSION}", kind=KIND, namespace=e.namespace,
-                          name=e.name, uid=e.uid)
+        about = ObjectRef(
+            api_version=f"{GROUP}/{VERSION}",
+            kind=KIND,
+            namespace=e.namespace,
+            name=e.name,
+            uid=e.uid,
+        )
         try:
             self._event(about, "DeploymentInvalid", f"not reconciled: {e.reason}", e.reason)
         except KubeError as err:
@@ -118,8 +123,9 @@ class Reconciler:
     async def reconcile(self, md: ModelDeployment) -> None:
         """One pass over one deployment."""
         ns, name = md.namespace, md.name
-        pods = self.kube.list_pods(namespace=ns,
-                                   selector=f"{LABEL_NAME}={APP_NAME},{LABEL_INSTANCE}={name}")
+        pods = self.kube.list_pods(
+            namespace=ns, selector=f"{LABEL_NAME}={APP_NAME},{LABEL_INSTANCE}={name}"
+        )
         roles = [RoleSpec(name=r.name, replicas=r.replicas, size=r.size) for r in md.roles]
         intents = derive_intents(roles, [_view(p) for p in pods])
         self.metrics.intents_seen.inc(len(intents))
@@ -131,7 +137,8 @@ class Reconciler:
         if intents and state is None:
             state = await self._start(ns, name, intents[0])
         self.metrics.pending.labels(deployment=f"{ns}/{name}").set(
-            max(0, len(intents) - (1 if state is not None else 0)))
+            max(0, len(intents) - (1 if state is not None else 0))
+        )
         self._maintain_eligibility(md, pods, state)
 
     # ------------------------------------------------------------ Temporal
@@ -151,41 +158,60 @@ class Reconciler:
 
     async def _start(self, ns: str, name: str, intent: Intent) -> RetirementState | None:
         req = RetirementRequest(
-            namespace=ns, deployment=name, role=intent.role, ordinal=intent.ordinal,
-            intent=intent.kind, members=list(intent.members), budgets=self.settings.budgets,
+            namespace=ns,
+            deployment=name,
+            role=intent.role,
+            ordinal=intent.ordinal,
+            intent=intent.kind,
+            members=list(intent.members),
+            budgets=self.settings.budgets,
             routerless_policy=self.settings.routerless_policy,
-            quiet_window_s=self.settings.quiet_window_s)
+            quiet_window_s=self.settings.quiet_window_s,
+        )
         wid = workflow_id_for(namespace=ns, deployment=name)
         try:
             handle = await self.temporal.start_workflow(
-                RetirementWorkflow.run, req, id=wid, task_queue=self.settings.task_queue,
-                search_attributes=initial_search_attributes(req))
+                RetirementWorkflow.run,
+                req,
+                id=wid,
+                task_queue=self.settings.task_queue,
+                search_attributes=initial_search_attributes(req),
+            )
         except WorkflowAlreadyStartedError:
             self.metrics.refused.labels(reason="already-running").inc()
-            log.info("%s: a retirement is already running; %s %s:%d stays pending", wid,
-                     intent.kind, intent.role, intent.ordinal)
+            log.info(
+                "%s: a retirement is already running; %s %s:%d stays pending",
+                wid,
+                intent.kind,
+                intent.role,
+                intent.ordinal,
+            )
             return None
         self.metrics.started.inc()
-        log.info("%s: started retirement of %s %s:%d", wid, intent.kind, intent.role,
-                 intent.ordinal)
+        log.info(
+            "%s: started retirement of %s %s:%d", wid, intent.kind, intent.role, intent.ordinal
+        )
         state: RetirementState = await handle.query(RetirementWorkflow.state)
         return state
 
-    async def _cancel_if_redeclared(self, wid: str, state: RetirementState,
-                                    roles: list[RoleSpec]) -> None:
+    async def _cancel_if_redeclared(
+        self, wid: str, state: RetirementState, roles: list[RoleSpec]
+    ) -> None:
         req = state.request
         if req.intent is not IntentKind.COUNT_TRIM or state.outcome not in (
-                Outcome.RUNNING, Outcome.ABORTED):
+            Outcome.RUNNING,
+            Outcome.ABORTED,
+        ):
             return
         role = next((r for r in roles if r.name == req.role), None)
         if role is not None and req.ordinal < role.replicas:
             await self.temporal.get_workflow_handle(wid).signal(
                 RetirementWorkflow.cancel_intent,
-                CancelIntent(reason=f"the spec re-declares {req.role} ordinal {req.ordinal}"))
+                CancelIntent(reason=f"the spec re-declares {req.role} ordinal {req.ordinal}"),
+            )
             log.info("%s: ordinal re-declared: cancel-intent sent", wid)
 
-    async def _retry_annotation(self, md: ModelDeployment,
-                                state: RetirementState | None) -> None:
+    async def _retry_annotation(self, md: ModelDeployment, state: RetirementState | None) -> None:
         value = md.annotations.get(ANNOTATION_RETRY)
         if value is None:
             return
@@ -196,16 +222,19 @@ class Reconciler:
             self._event(md.ref, "RetryAnnotationInvalid", f"{ANNOTATION_RETRY}: {e}", value)
             return
         last = md.last_consumed_retry_token
-        if state is None or (state.request.role, state.request.ordinal) != (ann.role,
-                                                                             ann.ordinal):
-            self._event(md.ref, "RetryAnnotationIgnored",
-                        f"no retirement of {ann.role}:{ann.ordinal} is running", value)
+        if state is None or (state.request.role, state.request.ordinal) != (ann.role, ann.ordinal):
+            self._event(
+                md.ref,
+                "RetryAnnotationIgnored",
+                f"no retirement of {ann.role}:{ann.ordinal} is running",
+                value,
+            )
         elif ann.token == last or ann.token == state.last_consumed_retry_token:
             log.info("%s/%s: retry token %s is a replay: ignored", ns, name, ann.token)
         else:
             res = await self.temporal.get_workflow_handle(
-                workflow_id_for(namespace=ns, deployment=name)).execute_update(
-                RetirementWorkflow.retry, RetryRequest(token=ann.token))
+                workflow_id_for(namespace=ns, deployment=name)
+            ).execute_update(RetirementWorkflow.retry, RetryRequest(token=ann.token))
             self._event(md.ref, "RetryDelivered", f"token {ann.token}: {res.decision}", value)
         self._clear_annotation(md)
 
@@ -213,38 +242,64 @@ class Reconciler:
 
     def _clear_annotation(self, md: ModelDeployment) -> None:
         self.kube.patch_deployment(
-            namespace=md.namespace, name=md.name,
-            patch={"metadata": {"annotations": {ANNOTATION_RETRY: None},
-                                "resourceVersion": md.resource_version}})
+            namespace=md.namespace,
+            name=md.name,
+            patch={
+                "metadata": {
+                    "annotations": {ANNOTATION_RETRY: None},
+                    "resourceVersion": md.resource_version,
+                }
+            },
+        )
 
     def _event(self, about: ObjectRef, reason: str, message: str, key: str) -> None:
-        post_event(self.kube, about=about, tag="watch", key=f"{reason}|{key}", reason=reason,
-                   message=message, warning="Invalid" in reason)
+        post_event(
+            self.kube,
+            about=about,
+            tag="watch",
+            key=f"{reason}|{key}",
+            reason=reason,
+            message=message,
+            warning="Invalid" in reason,
+        )
 
-    def _maintain_eligibility(self, md: ModelDeployment, pods: list[Pod],
-                              state: RetirementState | None) -> None:
+    def _maintain_eligibility(
+        self, md: ModelDeployment, pods: list[Pod], state: RetirementState | None
+    ) -> None:
         protected: set[str] = set()
         if state is not None:
             protected |= {m.uid for m in (state.target.members if state.target else [])}
             req = state.request
-            protected |= {p.uid for p in pods
-                          if p.labels.get(LABEL_COMPONENT) == req.role
-                          and p.labels.get(LABEL_ORDINAL) == str(req.ordinal)}
+            protected |= {
+                p.uid
+                for p in pods
+                if p.labels.get(LABEL_COMPONENT) == req.role
+                and p.labels.get(LABEL_ORDINAL) == str(req.ordinal)
+            }
         groups: dict[tuple[str, str], list[Pod]] = {}
         for p in pods:
             if not p.terminating:
-                groups.setdefault((p.labels.get(LABEL_COMPONENT, ""),
-                                   p.labels.get(LABEL_ORDINAL, "")), []).append(p)
+                groups.setdefault(
+                    (p.labels.get(LABEL_COMPONENT, ""), p.labels.get(LABEL_ORDINAL, "")), []
+                ).append(p)
         for (role_name, _ordinal), members in groups.items():
             role = md.role(role_name)
             if role is None:
                 continue  # a departed role: its retirement decides
             if len(members) != role.size:
                 continue  # surplus or incomplete: undecidable now, touch nothing
-            shape = read_shape(engine=md.engine.name, role_kind=role.kind, size=role.size,
-                               extra_args=role.extra_args, command=role.command)
-            sel = select_members(shape=shape, size=role.size, members=[
-                MemberPod(name=p.name, uid=p.uid, labels=dict(p.labels)) for p in members])
+            shape = read_shape(
+                engine=md.engine.name,
+                role_kind=role.kind,
+                size=role.size,
+                extra_args=role.extra_args,
+                command=role.command,
+            )
+            sel = select_members(
+                shape=shape,
+                size=role.size,
+                members=[MemberPod(name=p.name, uid=p.uid, labels=dict(p.labels)) for p in members],
+            )
             if not sel.ok:
                 continue
             for p in members:
@@ -258,8 +313,14 @@ class Reconciler:
     def _set_label(self, pod: Pod, on: bool, current: str | None) -> None:
         """Bound to the UID and the value just read; a Pod that changed meanwhile is left
         to the next pass."""
-        change = set_eligibility(self.kube, namespace=pod.namespace, name=pod.name,
-                                 uid=pod.uid, current=current, eligible=on)
+        change = set_eligibility(
+            self.kube,
+            namespace=pod.namespace,
+            name=pod.name,
+            uid=pod.uid,
+            current=current,
+            eligible=on,
+        )
         if change is LabelChange.APPLIED:
             self.metrics.labels_set.labels(value="true" if on else "removed").inc()
 

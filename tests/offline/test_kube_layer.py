@@ -71,8 +71,9 @@ NS = "default"
         (0, Unavailable, True),
     ],
 )
-def test_api_errors_are_classified_by_status(status: int, kind: type[KubeError],
-                                             retryable: bool) -> None:
+def test_api_errors_are_classified_by_status(
+    status: int, kind: type[KubeError], retryable: bool
+) -> None:
     e = classify(ApiException(status=status, reason="Why"), what="read Pod default/a")
     assert type(e) is kind
     assert e.retryable is retryable
@@ -103,8 +104,10 @@ def test_the_status_message_of_the_body_is_kept() -> None:
     e = classify(ex, what="patch Pod default/a")
     assert isinstance(e, Invalid)
     assert e.detail.endswith("testing value failed")
-    assert str(e) == ("patch Pod default/a: HTTP 422 Unprocessable Entity: the server "
-                      "rejected our request: testing value failed")
+    assert str(e) == (
+        "patch Pod default/a: HTTP 422 Unprocessable Entity: the server "
+        "rejected our request: testing value failed"
+    )
 
 
 def test_translated_reraises_classified_with_the_cause() -> None:
@@ -127,7 +130,8 @@ def test_translated_reraises_classified_with_the_cause() -> None:
     ],
 )
 def test_activities_raise_the_type_names_the_retry_policies_use(
-        error: KubeError, type_name: str, non_retryable: bool) -> None:
+    error: KubeError, type_name: str, non_retryable: bool
+) -> None:
     app = application_error(error)
     assert app.type == type_name
     assert app.non_retryable is non_retryable
@@ -167,6 +171,7 @@ def test_every_call_of_the_real_accessor_is_bounded(monkeypatch: pytest.MonkeyPa
         def call(*_args: Any, **kwargs: Any) -> Any:
             seen.append(kwargs.get("_request_timeout"))
             return result
+
         return call
 
     pod = client.V1Pod(metadata=client.V1ObjectMeta(name="a", namespace=NS, uid="u"))
@@ -192,21 +197,39 @@ def test_pod_view_reads_the_real_clients_bodies() -> None:
     """The view parses what the generated client serializes (camelCase JSON)."""
     pod = client.V1Pod(
         metadata=client.V1ObjectMeta(
-            name="m-0", namespace=NS, uid="u-1", labels={LABEL_ELIGIBLE: "true"},
+            name="m-0",
+            namespace=NS,
+            uid="u-1",
+            labels={LABEL_ELIGIBLE: "true"},
             annotations={"prometheus.io/port": "8000"},
-            deletion_timestamp=datetime(2024, 1, 1, tzinfo=UTC)),
-        spec=client.V1PodSpec(containers=[client.V1Container(
-            name="main", args=["--port", "8000"],
-            ports=[client.V1ContainerPort(container_port=8000, name="http")])]),
+            deletion_timestamp=datetime(2024, 1, 1, tzinfo=UTC),
+        ),
+        spec=client.V1PodSpec(
+            containers=[
+                client.V1Container(
+                    name="main",
+                    args=["--port", "8000"],
+                    ports=[client.V1ContainerPort(container_port=8000, name="http")],
+                )
+            ]
+        ),
         status=client.V1PodStatus(
             pod_ip="198.18.1.10",
             conditions=[client.V1PodCondition(type="Ready", status="False")],
-            container_statuses=[client.V1ContainerStatus(
-                name="main", container_id="containerd://abc", restart_count=2, ready=False,
-                image="i", image_id="i")]))
+            container_statuses=[
+                client.V1ContainerStatus(
+                    name="main",
+                    container_id="containerd://abc",
+                    restart_count=2,
+                    ready=False,
+                    image="i",
+                    image_id="i",
+                )
+            ],
+        ),
+    )
     view = Pod.from_raw(client.ApiClient().sanitize_for_serialization(pod))
-    assert (view.name, view.namespace, view.uid, view.pod_ip) == ("m-0", NS, "u-1",
-                                                                  "198.18.1.10")
+    assert (view.name, view.namespace, view.uid, view.pod_ip) == ("m-0", NS, "u-1", "198.18.1.10")
     assert view.terminating
     assert view.labels == {LABEL_ELIGIBLE: "true"}
     assert view.annotations == {"prometheus.io/port": "8000"}
@@ -249,8 +272,10 @@ def test_pod_ready(conditions: Any, expected: str) -> None:
 @pytest.mark.parametrize(
     ("key", "escaped"),
     [
-        ("modeldeployment.gpustack.ai/endpoint-eligible",
-         "modeldeployment.gpustack.ai~1endpoint-eligible"),
+        (
+            "modeldeployment.gpustack.ai/endpoint-eligible",
+            "modeldeployment.gpustack.ai~1endpoint-eligible",
+        ),
         ("a~b", "a~0b"),
         ("a/b~c", "a~1b~0c"),
         ("a~1b", "a~01b"),  # '~' first: a literal "~1" must not become "/"
@@ -261,8 +286,9 @@ def test_json_pointer_escaping(key: str, escaped: str) -> None:
     assert json_pointer_escape(key) == escaped
     assert label_path(key) == f"/metadata/labels/{escaped}"
     # and it round-trips through the API server's (the fake's) decoding
-    doc = apply_json_patch({"metadata": {"labels": {}}},
-                           [{"op": "add", "path": label_path(key), "value": "v"}])
+    doc = apply_json_patch(
+        {"metadata": {"labels": {}}}, [{"op": "add", "path": label_path(key), "value": "v"}]
+    )
     assert doc["metadata"]["labels"] == {key: "v"}
 
 
@@ -297,39 +323,64 @@ def _fake_with_member(*, eligible: bool = True, uid: str = "u-1") -> FakeKube:
 
 def test_set_eligibility_applies_on_the_admitted_uid() -> None:
     fake = _fake_with_member()
-    assert set_eligibility(fake, namespace=NS, name="md-server-0", uid="u-1", current="true",
-                           eligible=False) is LabelChange.APPLIED
+    assert (
+        set_eligibility(
+            fake, namespace=NS, name="md-server-0", uid="u-1", current="true", eligible=False
+        )
+        is LabelChange.APPLIED
+    )
     assert LABEL_ELIGIBLE not in fake.pod_labels("md-server-0")
-    assert set_eligibility(fake, namespace=NS, name="md-server-0", uid="u-1", current=None,
-                           eligible=True) is LabelChange.APPLIED
+    assert (
+        set_eligibility(
+            fake, namespace=NS, name="md-server-0", uid="u-1", current=None, eligible=True
+        )
+        is LabelChange.APPLIED
+    )
     assert fake.pod_labels("md-server-0")[LABEL_ELIGIBLE] == "true"
 
 
 def test_set_eligibility_never_touches_a_replacement() -> None:
     fake = _fake_with_member(uid="u-2")  # same name, another UID
-    assert set_eligibility(fake, namespace=NS, name="md-server-0", uid="u-1", current="true",
-                           eligible=False) is LabelChange.REPLACED
+    assert (
+        set_eligibility(
+            fake, namespace=NS, name="md-server-0", uid="u-1", current="true", eligible=False
+        )
+        is LabelChange.REPLACED
+    )
     assert fake.pod_labels("md-server-0")[LABEL_ELIGIBLE] == "true"
 
 
 def test_set_eligibility_on_a_gone_pod() -> None:
     fake = FakeKube()
-    assert set_eligibility(fake, namespace=NS, name="md-server-0", uid="u-1", current=None,
-                           eligible=True) is LabelChange.GONE
+    assert (
+        set_eligibility(
+            fake, namespace=NS, name="md-server-0", uid="u-1", current=None, eligible=True
+        )
+        is LabelChange.GONE
+    )
 
 
 def test_a_concurrent_label_change_is_not_a_replacement() -> None:
     """The label was removed by someone else after it was read: the 422 of the value test
     reads as CHANGED (re-read: same UID), and nothing is written."""
     fake = _fake_with_member(eligible=False)
-    assert set_eligibility(fake, namespace=NS, name="md-server-0", uid="u-1", current="true",
-                           eligible=False) is LabelChange.CHANGED
+    assert (
+        set_eligibility(
+            fake, namespace=NS, name="md-server-0", uid="u-1", current="true", eligible=False
+        )
+        is LabelChange.CHANGED
+    )
     # read absent, but someone added it meanwhile: restoring must not overwrite blindly
     fake = _fake_with_member(eligible=True)
-    fake.add_pod(member_pod("md-server-0", deployment="md", uid="u-1",
-                            labels={LABEL_ELIGIBLE: "false"}))
-    assert set_eligibility(fake, namespace=NS, name="md-server-0", uid="u-1", current=None,
-                           eligible=True) is LabelChange.CHANGED
+    fake.add_pod(
+        member_pod("md-server-0", deployment="md", uid="u-1", labels={LABEL_ELIGIBLE: "false"})
+    )
+    assert (
+        set_eligibility(
+            fake, namespace=NS, name="md-server-0", uid="u-1", current=None, eligible=True
+        )
+        is LabelChange.CHANGED
+    )
     assert fake.pod_labels("md-server-0")[LABEL_ELIGIBLE] == "false"
     assert [c.method for c in fake.calls] == ["patch_pod", "read_pod"]
 
@@ -348,11 +399,9 @@ def test_read_member_is_bound_to_the_uid() -> None:
 
 def test_delete_member_has_a_uid_precondition() -> None:
     fake = _fake_with_member(uid="u-2")
-    assert delete_member(fake, namespace=NS, name="md-server-0",
-                         uid="u-1") is Deletion.REPLACED
+    assert delete_member(fake, namespace=NS, name="md-server-0", uid="u-1") is Deletion.REPLACED
     assert ("default", "md-server-0") in fake.pods  # the replacement survives
-    assert delete_member(fake, namespace=NS, name="md-server-0",
-                         uid="u-2") is Deletion.DELETED
+    assert delete_member(fake, namespace=NS, name="md-server-0", uid="u-2") is Deletion.DELETED
     assert delete_member(fake, namespace=NS, name="md-server-0", uid="u-2") is Deletion.GONE
 
 
@@ -367,14 +416,27 @@ def test_an_unavailable_api_server_is_not_read_as_gone() -> None:
 
 
 def _target(*members: MemberTarget) -> Target:
-    return Target(namespace=NS, deployment="md", role="server", ordinal=0,
-                  intent=IntentKind.COUNT_TRIM, engine="vLLM", shape="Single",
-                  members=list(members))
+    return Target(
+        namespace=NS,
+        deployment="md",
+        role="server",
+        ordinal=0,
+        intent=IntentKind.COUNT_TRIM,
+        engine="vLLM",
+        shape="Single",
+        members=list(members),
+    )
 
 
 def _member(uid: str = "u-1") -> MemberTarget:
-    return MemberTarget(pod="md-server-0", uid=uid, container_id="containerd://main-1",
-                        ip="198.18.1.10", measured=True, eligible_at_admission=True)
+    return MemberTarget(
+        pod="md-server-0",
+        uid=uid,
+        container_id="containerd://main-1",
+        ip="198.18.1.10",
+        measured=True,
+        eligible_at_admission=True,
+    )
 
 
 def test_disqualify_and_restore_through_the_layer() -> None:
@@ -404,18 +466,25 @@ def test_disqualify_fails_on_a_replacement_and_leaves_it_alone() -> None:
 
 def _md(**spec: Any) -> dict[str, Any]:
     body = model_deployment("md", namespace=NS)
-    body["metadata"].update(uid="md-uid", generation=3, resourceVersion="42",
-                            annotations={"a": "b"})
+    body["metadata"].update(
+        uid="md-uid", generation=3, resourceVersion="42", annotations={"a": "b"}
+    )
     body["spec"].update(spec)
     return body
 
 
 def test_a_good_deployment_is_read() -> None:
     body = _md(router={"kind": "sglang-gateway"})
-    body["spec"]["roles"].append({"name": "draft.v2", "replicas": 0, "size": 2,
-                                  "extraArgs": ["--x"], "command": ["python3", "-m", "y"]})
-    body["status"] = {"observedGeneration": 2,
-                      "retirement": {"lastConsumedRetryToken": "tok-1"}}
+    body["spec"]["roles"].append(
+        {
+            "name": "draft.v2",
+            "replicas": 0,
+            "size": 2,
+            "extraArgs": ["--x"],
+            "command": ["python3", "-m", "y"],
+        }
+    )
+    body["status"] = {"observedGeneration": 2, "retirement": {"lastConsumedRetryToken": "tok-1"}}
     md = parse_deployment(body)
     assert (md.namespace, md.name, md.uid, md.generation) == (NS, "md", "md-uid", 3)
     assert md.observed_generation == 2 and md.resource_version == "42"
@@ -425,21 +494,32 @@ def test_a_good_deployment_is_read() -> None:
     assert md.last_consumed_retry_token == "tok-1"
     assert [r.name for r in md.roles] == ["server", "draft.v2"]
     server = md.role("server")
-    assert server is not None and (server.replicas, server.size, server.kind) == (2, 1,
-                                                                                  "Server")
+    assert server is not None and (server.replicas, server.size, server.kind) == (2, 1, "Server")
     assert server.command is None
     draft = md.role("draft.v2")
     assert draft is not None and draft.extra_args == ("--x",)
     assert draft.command == ("python3", "-m", "y")
     assert md.role("gone") is None
-    assert md.ref == ObjectRef(api_version="worker.gpustack.ai/v1alpha1",
-                               kind="ModelDeployment", namespace=NS, name="md", uid="md-uid")
+    assert md.ref == ObjectRef(
+        api_version="worker.gpustack.ai/v1alpha1",
+        kind="ModelDeployment",
+        namespace=NS,
+        name="md",
+        uid="md-uid",
+    )
 
 
-@pytest.mark.parametrize(("router", "kind"), [
-    (None, None), ("vllm-router", "vllm-router"), ("", None), ({"kind": "llm-d"}, "llm-d"),
-    ({}, None), ({"kind": None}, None),
-])
+@pytest.mark.parametrize(
+    ("router", "kind"),
+    [
+        (None, None),
+        ("vllm-router", "vllm-router"),
+        ("", None),
+        ({"kind": "llm-d"}, "llm-d"),
+        ({}, None),
+        ({"kind": None}, None),
+    ],
+)
 def test_router_in_string_or_object_form(router: Any, kind: str | None) -> None:
     body = _md()
     if router is not None:
@@ -448,8 +528,7 @@ def test_router_in_string_or_object_form(router: Any, kind: str | None) -> None:
 
 
 def test_role_defaults() -> None:
-    body = _md(roles=[{"name": "s", "replicas": 1, "kind": None, "size": None,
-                       "extraArgs": None}])
+    body = _md(roles=[{"name": "s", "replicas": 1, "kind": None, "size": None, "extraArgs": None}])
     r = parse_deployment(body).roles[0]
     assert (r.kind, r.size, r.extra_args, r.command) == ("Server", 1, (), None)
 
@@ -483,8 +562,7 @@ def _with_role(**fields: Any) -> dict[str, Any]:
         (_with_role(extraArgs="--x"), "extraArgs must be a list of strings, not str"),
         (_with_role(extraArgs=["--x", 1]), "extraArgs[1] must be a string, not int"),
         (_with_role(command="python3"), "command must be a list of strings"),
-        (_md(roles=[{"name": "a", "replicas": 1}, {"name": "a", "replicas": 2}]),
-         "declared twice"),
+        (_md(roles=[{"name": "a", "replicas": 1}, {"name": "a", "replicas": 2}]), "declared twice"),
         (_md(roles=None), "spec.roles is missing"),
         (_md(roles={"name": "a"}), "spec.roles must be a list, not dict"),
         (_md(roles=["server"]), "spec.roles[0] must be an object, not str"),
@@ -495,8 +573,9 @@ def _with_role(**fields: Any) -> dict[str, Any]:
         (_md(router={"kind": 1}), "spec.router.kind must be a string"),
     ],
 )
-def test_a_malformed_deployment_is_rejected_with_a_reason(body: dict[str, Any],
-                                                          reason: str) -> None:
+def test_a_malformed_deployment_is_rejected_with_a_reason(
+    body: dict[str, Any], reason: str
+) -> None:
     with pytest.raises(MalformedDeployment) as info:
         parse_deployment(body)
     assert reason in info.value.reason
@@ -512,12 +591,18 @@ def test_a_malformed_deployment_is_rejected_with_a_reason(body: dict[str, Any],
         ({"spec": {}}, "metadata.name is missing"),
         ({"metadata": {"name": 5}}, "metadata.name is missing"),
         ({"metadata": {"name": "md"}}, "spec must be an object, not null"),
-        ({"metadata": {"name": "md"}, "spec": {"roles": []}, "status": "x"},
-         "status must be an object"),
-        ({"metadata": {"name": "md", "annotations": {"a": 1}}, "spec": {"roles": []}},
-         "metadata.annotations['a'] must be a string"),
-        ({"metadata": {"name": "md", "generation": "3"}, "spec": {"roles": []}},
-         "metadata.generation must be an integer"),
+        (
+            {"metadata": {"name": "md"}, "spec": {"roles": []}, "status": "x"},
+            "status must be an object",
+        ),
+        (
+            {"metadata": {"name": "md", "annotations": {"a": 1}}, "spec": {"roles": []}},
+            "metadata.annotations['a'] must be a string",
+        ),
+        (
+            {"metadata": {"name": "md", "generation": "3"}, "spec": {"roles": []}},
+            "metadata.generation must be an integer",
+        ),
     ],
 )
 def test_malformed_objects_and_metadata(body: Any, reason: str) -> None:
@@ -536,19 +621,36 @@ def test_an_empty_role_list_is_a_valid_deployment() -> None:
 
 def test_an_event_is_posted_once_under_a_deterministic_name() -> None:
     fake = FakeKube()
-    about = ObjectRef(api_version="worker.gpustack.ai/v1alpha1", kind="ModelDeployment",
-                      namespace=NS, name="md", uid="md-uid")
+    about = ObjectRef(
+        api_version="worker.gpustack.ai/v1alpha1",
+        kind="ModelDeployment",
+        namespace=NS,
+        name="md",
+        uid="md-uid",
+    )
     now = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
-    assert post_event(fake, about=about, tag="retire", key="k", reason="RetirementDraining",
-                      message="m" * 5000, warning=True, now=now)
+    assert post_event(
+        fake,
+        about=about,
+        tag="retire",
+        key="k",
+        reason="RetirementDraining",
+        message="m" * 5000,
+        warning=True,
+        now=now,
+    )
     assert not post_event(fake, about=about, tag="retire", key="k", reason="x", message="y")
     [(key, event)] = fake.events.items()
     assert key == (NS, f"md.retire-{hashlib.sha256(b'k').hexdigest()[:16]}")
     assert event["type"] == "Warning" and event["reason"] == "RetirementDraining"
     assert len(event["message"]) == 1000
-    assert event["involvedObject"] == {"apiVersion": "worker.gpustack.ai/v1alpha1",
-                                       "kind": "ModelDeployment", "name": "md",
-                                       "namespace": NS, "uid": "md-uid"}
+    assert event["involvedObject"] == {
+        "apiVersion": "worker.gpustack.ai/v1alpha1",
+        "kind": "ModelDeployment",
+        "name": "md",
+        "namespace": NS,
+        "uid": "md-uid",
+    }
     assert event["firstTimestamp"] == event["lastTimestamp"] == "2024-05-06T07:08:09Z"
     assert event["source"] == {"component": "llm-retire"}
     # the body is one the generated client accepts (what the real accessor sends)
@@ -576,8 +678,7 @@ def test_json_patch_test_semantics_match_the_api_server() -> None:
         apply_json_patch(doc, [{"op": "test", "path": "/metadata/labels/b", "value": "1"}])
     # a missing parent fails, whatever the value
     with pytest.raises(Exception, match="missing path"):
-        apply_json_patch(doc, [{"op": "test", "path": "/metadata/annotations/a",
-                                "value": None}])
+        apply_json_patch(doc, [{"op": "test", "path": "/metadata/annotations/a", "value": None}])
     with pytest.raises(Exception, match="nonexistent key"):
         apply_json_patch(doc, [{"op": "remove", "path": "/metadata/labels/b"}])
 
@@ -586,10 +687,14 @@ def test_a_failed_patch_changes_nothing() -> None:
     fake = _fake_with_member()
     before = fake.pods[(NS, "md-server-0")]
     with pytest.raises(Invalid) as info:
-        fake.patch_pod(namespace=NS, name="md-server-0", ops=[
-            {"op": "add", "path": "/metadata/labels/x", "value": "y"},
-            {"op": "test", "path": "/metadata/uid", "value": "other"},
-        ])
+        fake.patch_pod(
+            namespace=NS,
+            name="md-server-0",
+            ops=[
+                {"op": "add", "path": "/metadata/labels/x", "value": "y"},
+                {"op": "test", "path": "/metadata/uid", "value": "other"},
+            ],
+        )
     assert info.value.status == 422
     assert fake.pods[(NS, "md-server-0")] == before
     with pytest.raises(NotFound):
@@ -601,18 +706,28 @@ def test_merge_patches_are_optimistic_on_the_resource_version() -> None:
     stored = fake.add_deployment(_md())
     rv = stored["metadata"]["resourceVersion"]
     with pytest.raises(Conflict):
-        fake.patch_deployment(namespace=NS, name="md", patch={
-            "metadata": {"annotations": {"a": None}, "resourceVersion": "stale"}})
-    out = fake.patch_deployment(namespace=NS, name="md", patch={
-        "metadata": {"annotations": {"a": None}, "resourceVersion": rv}})
+        fake.patch_deployment(
+            namespace=NS,
+            name="md",
+            patch={"metadata": {"annotations": {"a": None}, "resourceVersion": "stale"}},
+        )
+    out = fake.patch_deployment(
+        namespace=NS,
+        name="md",
+        patch={"metadata": {"annotations": {"a": None}, "resourceVersion": rv}},
+    )
     assert "a" not in (out["metadata"].get("annotations") or {})
     assert out["metadata"]["resourceVersion"] != rv
-    status = fake.patch_deployment_status(namespace=NS, name="md", patch={
-        "status": {"retirement": {"state": "Draining"}}, "spec": {"roles": []}})
+    status = fake.patch_deployment_status(
+        namespace=NS,
+        name="md",
+        patch={"status": {"retirement": {"state": "Draining"}}, "spec": {"roles": []}},
+    )
     assert status["status"]["retirement"] == {"state": "Draining"}
     assert status["spec"]["roles"]  # the status subresource ignores the spec
-    cleared = fake.patch_deployment_status(namespace=NS, name="md",
-                                           patch={"status": {"retirement": None}})
+    cleared = fake.patch_deployment_status(
+        namespace=NS, name="md", patch={"status": {"retirement": None}}
+    )
     assert "retirement" not in cleared["status"]
     with pytest.raises(NotFound):
         fake.patch_deployment_status(namespace=NS, name="gone", patch={"status": {}})
@@ -623,8 +738,7 @@ def test_lists_filter_by_namespace_and_selector() -> None:
     fake.add_pod(member_pod("a-0", deployment="a"))
     fake.add_pod(member_pod("b-0", deployment="b"))
     fake.add_pod(member_pod("a-x", deployment="a", namespace="other"))
-    names = [p.name for p in fake.list_pods(namespace=NS,
-                                            selector="app.kubernetes.io/instance=a")]
+    names = [p.name for p in fake.list_pods(namespace=NS, selector="app.kubernetes.io/instance=a")]
     assert names == ["a-0"]
     assert matches({"a": "1", "b": "2"}, "a=1,b")
     assert matches({"a": "1"}, "a==1,!b,c!=3")
@@ -648,7 +762,9 @@ def test_workloads_and_endpoint_slices() -> None:
     fake.add_service("headless", selector={"a": "b"}, headless=True)
     fake.set_endpoints("svc", ["198.18.1.10", "198.18.1.11"])
     assert [(s.name, s.headless) for s in fake.list_services(namespace=NS)] == [
-        ("headless", True), ("svc", False)]
+        ("headless", True),
+        ("svc", False),
+    ]
     [slice_] = fake.list_endpoint_slices(namespace=NS, service="svc")
     assert slice_.addresses == ("198.18.1.10", "198.18.1.11")
     assert fake.list_endpoint_slices(namespace=NS, service="headless") == []
@@ -658,12 +774,16 @@ def test_exec_results_are_scripted_per_pod() -> None:
     from kube.api import ExecResult
 
     fake = _fake_with_member()
-    fake.script_exec("md-server-0", ExecResult(stdout="one\n", exit_code=0),
-                     lambda argv: ExecResult(stdout=" ".join(argv), exit_code=0))
+    fake.script_exec(
+        "md-server-0",
+        ExecResult(stdout="one\n", exit_code=0),
+        lambda argv: ExecResult(stdout=" ".join(argv), exit_code=0),
+    )
 
     def run(name: str = "md-server-0", cap: int = 100) -> ExecResult:
-        return fake.exec_pod(namespace=NS, name=name, container="main", argv=["x", "y"],
-                             timeout_s=5, output_cap=cap)
+        return fake.exec_pod(
+            namespace=NS, name=name, container="main", argv=["x", "y"], timeout_s=5, output_cap=cap
+        )
 
     assert run().stdout == "one\n"
     assert run().stdout == "x y"
