@@ -3,9 +3,8 @@ and report what happened as an event for ``retirement.protocol.decide``.
 
 Rules of execution, not of the protocol:
 - a step that may be interrupted (an abortable phase, admission, a rerun timer) watches
-  ``interrupted(state)``; when it turns true the running activity is cancelled and the
-  step waits until the activity has really stopped (``WAIT_CANCELLATION_COMPLETED``), so a
-  late label removal or router call cannot land after the restore;
+  ``interrupted(state)``; when it turns true the running activity is cancelled
+  (``TRY_CANCEL``: waiting for it to stop before the restore is the safety issue's work);
 - a workflow cancellation is reported to the protocol (``on_cancel``) and the step goes
   on: an abortable step then sees ``interrupted`` and stops; any other step (the deletes,
   settling, the restore) finishes first;
@@ -100,7 +99,6 @@ class Steps:
             RetirementActivities.admit,
             AdmitInput(request=s.request, workflow_id=s.workflow_id),
             start_to_close_timeout=ADMIT_TIMEOUT, retry_policy=ADMIT,
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=f"bind {s.request.role}:{s.request.ordinal} (reads only)",
         )
         if not await self._until_done(handle, interruptible=True, timeout=None):
@@ -129,7 +127,6 @@ class Steps:
             schedule_to_close_timeout=remaining + GRACE,
             heartbeat_timeout=HEARTBEAT,
             retry_policy=SHORT,
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=SUMMARY[phase],
         )
         done = await self._until_done(handle, interruptible=abortable(phase),
