@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -172,3 +172,21 @@ async def test_abort_and_retry_with_the_project_cli(
     assert await asyncio.to_thread(cli, dev_env, "status", ref) == 0
     assert '"phase": "Aborted"' in capsys.readouterr().out
     await handle.cancel()
+
+
+async def test_cancellation_racing_admission_ends_cancelled_with_nothing_touched(
+    running: tuple[Client, FakeWorld, str],
+) -> None:
+    """Cancelled the moment it starts: the cancel may reach the workflow in the very task in
+    which admission completes.  The real server accepts that (the time-skipping server
+    wedges on it, sdk-java#2391); the retirement ends cancelled, nothing deleted."""
+    client, world, queue = running
+    handles = [await start(client, queue) for _ in range(5)]
+    await asyncio.gather(*(h.cancel() for h in handles))
+    for h in handles:
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(h.result(), 30)
+        st = await h.query(RetirementWorkflow.state)
+        assert st.outcome is Outcome.CANCELLED, st
+        assert st.deleted is None
+    assert "delete" not in world.calls
