@@ -1,4 +1,4 @@
-"""Phases, verdicts and outcomes of a retirement, and how a verdict moves a phase."""
+"""Phases, verdicts and outcomes of a retirement (how they move is ``retirement.protocol``)."""
 
 from __future__ import annotations
 
@@ -55,26 +55,3 @@ class Outcome(StrEnum):
 def abortable(phase: Phase) -> bool:
     """Whether an abort (request, budget or fault) may still stop the retirement."""
     return ORDER.index(phase) < ORDER.index(POINT_OF_NO_RETURN) if phase in ORDER else False
-
-
-def next_phase(phase: Phase) -> Phase:
-    """The phase after ``phase`` on the success path."""
-    if phase not in ORDER or phase is Phase.COMPLETED:
-        raise ValueError(f"no phase follows {phase}")
-    return ORDER[ORDER.index(phase) + 1]
-
-
-def advance(phase: Phase, verdict: Verdict) -> Phase:
-    """Where one observation's verdict takes a phase.
-
-    VERIFIED admits the next phase; UNKNOWN holds where it is; FAILED aborts while the
-    phase is still abortable, and holds after the point of no return (the remaining
-    deletes must finish, so a fault there is retried, never turned into an abort).
-    """
-    if phase in (Phase.COMPLETED, Phase.ABORTED):
-        return phase
-    if verdict is Verdict.VERIFIED:
-        return next_phase(phase)
-    if verdict is Verdict.FAILED and abortable(phase):
-        return Phase.ABORTED
-    return phase

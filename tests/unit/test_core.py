@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from retirement.budgets import Budgets, overall_deadline, phase_deadline
 from retirement.drain import DrainProgress, observe_round
 from retirement.names import LABEL_MEMBER_INDEX
-from retirement.phases import ORDER, Phase, Verdict, abortable, advance
+from retirement.phases import ORDER, Phase, Verdict, abortable
 from retirement.readings import SERIES, Sample, parse_oneshot_output
 from retirement.retry import (
     RetryDecision,
@@ -33,36 +33,6 @@ def test_phase_order_and_point_of_no_return() -> None:
                                         "Deleting", "Settling", "Completed"]
     assert abortable(Phase.DRAINING) and not abortable(Phase.DELETING)
     assert not abortable(Phase.SETTLING) and not abortable(Phase.ABORTED)
-
-
-@given(st.sampled_from(list(Phase)), st.sampled_from(list(Verdict)))
-def test_unknown_never_advances_and_failed_aborts_only_before_deleting(
-    phase: Phase, verdict: Verdict
-) -> None:
-    after = advance(phase, verdict)
-    if phase in (Phase.COMPLETED, Phase.ABORTED) or verdict is Verdict.UNKNOWN:
-        assert after is phase
-    elif verdict is Verdict.FAILED:
-        assert after is (Phase.ABORTED if abortable(phase) else phase)
-    else:
-        assert ORDER.index(after) == ORDER.index(phase) + 1
-
-
-@given(st.lists(st.sampled_from(list(Verdict)), max_size=60))
-def test_no_delete_unless_withdrawal_and_drain_were_verified(verdicts: list[Verdict]) -> None:
-    """Fold any sequence of verdicts: reaching Deleting needs VERIFIED in Withdrawing and
-    then VERIFIED in Draining (the drain rule's two idle reads) in this run."""
-    phase = Phase.ADMITTED
-    verified_in: set[Phase] = set()
-    for v in verdicts:
-        before = phase
-        phase = advance(phase, v)
-        if v is Verdict.VERIFIED and phase is not before:
-            verified_in.add(before)
-        if phase is Phase.DELETING:
-            assert {Phase.WITHDRAWING, Phase.DRAINING} <= verified_in
-        if phase in (Phase.ABORTED, Phase.COMPLETED):
-            break
 
 
 # ---------------------------------------------------------------- budgets

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from retirement.budgets import Budgets
-from retirement.phases import ORDER, Outcome, Phase, Verdict
+from retirement.phases import ORDER, Outcome, Phase, Verdict, abortable
 from retirement.protocol import (
     AbortRequested,
     Admitted,
@@ -103,6 +103,11 @@ def test_invariants_hold_over_arbitrary_event_sequences(
                 )
             if isinstance(d.action, RunPhase):
                 assert d.action.phase is before.phase
+        # FAILED in an abortable phase aborts now, and the next step is the restore.
+        if (isinstance(e, Answered) and e.verdict is Verdict.FAILED and e.phase is before.phase
+                and abortable(before.phase) and before.outcome is Outcome.RUNNING
+                and not before.restoring):
+            assert p.phase is Phase.ABORTED and isinstance(d.action, Restore)
         # No abort after the point of no return.
         if before.phase in (Phase.DELETING, Phase.SETTLING, Phase.COMPLETED):
             assert p.phase is not Phase.ABORTED
