@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 
+from retirement.text import is_decimal
+
 BODY_CAP = 1 << 20
 HTTP_TIMEOUT_S = 2.0
 EXEC_TIMEOUT_S = 5.0
@@ -68,7 +70,7 @@ def valid_port(raw: str | None) -> int:
     """The ``prometheus.io/port`` annotation as a port number, or ValueError saying why."""
     if raw is None:
         raise ValueError("no prometheus.io/port annotation")
-    if not raw.isdigit() or len(raw) > 5 or not 0 < int(raw) < 65536:
+    if not is_decimal(raw) or len(raw) > 5 or not 0 < int(raw) < 65536:
         raise ValueError(f"prometheus.io/port {raw[:16]!r} is not a port number")
     return int(raw)
 
@@ -84,7 +86,7 @@ def valid_scheme(raw: str | None) -> str:
 def valid_path(raw: str | None) -> str:
     """The ``prometheus.io/path`` annotation (default /metrics), or ValueError."""
     path = raw or "/metrics"
-    if not PATH_RE.match(path):
+    if not PATH_RE.fullmatch(path):
         raise ValueError(f"prometheus.io/path {path[:40]!r} is not a plain URL path")
     return path
 

@@ -50,7 +50,7 @@ class UsageError(Exception):
 
 def parse_ref(ref: str) -> tuple[str, str]:
     """``namespace/deployment`` → (namespace, deployment); UsageError when malformed."""
-    m = REF.match(ref)
+    m = REF.fullmatch(ref)
     if m is None:
         raise UsageError(f"{ref!r} is not NAMESPACE/DEPLOYMENT (lower-case DNS names)")
     return m.group("ns"), m.group("md")

@@ -28,6 +28,7 @@ from temporalio.service import TLSConfig
 from connection.errors import ConnectionConfigError, one_line
 from connection.flags import ConnectionFlags
 from connection.tls import connect_tls
+from retirement.text import is_decimal
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_NAMESPACE = "default"
@@ -70,7 +71,7 @@ def _bool_env(environ: Mapping[str, str], name: str) -> bool | None:
 
 def _valid_address(address: str) -> str:
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not is_decimal(port) or not 0 < int(port) < 65536:
         raise ConnectionConfigError(f"address {address!r} must be HOST:PORT (port 1-65535)")
     return address
 

@@ -154,15 +154,23 @@ class Kube:
         timeout_s: float,
         output_cap: int,
     ) -> ExecResult:
-        return run_exec(
-            self._core.connect_get_namespaced_pod_exec,
-            namespace=namespace,
-            name=name,
-            container=container,
-            argv=argv,
-            timeout_s=timeout_s,
-            output_cap=output_cap,
-        )
+        # ``stream()`` swaps ``call_api`` on the client it is given while it connects: on
+        # the shared client, concurrent requests of other threads would go out as websocket
+        # upgrades (and overlapping handshakes can leave the swap in place).  Each exec gets
+        # a client of its own, sharing only the configuration.
+        own = client.ApiClient(self.api.configuration)
+        try:
+            return run_exec(
+                client.CoreV1Api(own).connect_get_namespaced_pod_exec,
+                namespace=namespace,
+                name=name,
+                container=container,
+                argv=argv,
+                timeout_s=timeout_s,
+                output_cap=output_cap,
+            )
+        finally:
+            own.close()
 
     # ------------------------------------------------------------ Services
 

@@ -187,7 +187,7 @@ def _role(r: _Reader, raw: Any, i: int) -> Role:
     where = f"spec.roles[{i}]"
     role = r.obj(raw, where, required=True)
     name = r.text(role.get("name"), f"{where}.name")
-    if len(name) > ROLE_NAME_MAX or not _NAME.match(name):
+    if len(name) > ROLE_NAME_MAX or not _NAME.fullmatch(name):
         raise r.fail(
             f"{where}.name {name[:80]!r} is not a valid role name (lower-case "
             f"letters, digits, '-' and '.', at most {ROLE_NAME_MAX} characters)"

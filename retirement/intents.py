@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from retirement.models import IntentKind
 from retirement.names import LABEL_COMPONENT, LABEL_MEMBER_INDEX, LABEL_ORDINAL
+from retirement.text import is_decimal
 
 
 @dataclass(frozen=True)
@@ -41,13 +42,13 @@ class PodView:
     def ordinal(self) -> int | None:
         """The replica ordinal, or None when the label is absent or not a number."""
         raw = self.labels.get(LABEL_ORDINAL)
-        return int(raw) if raw is not None and raw.isdigit() else None
+        return int(raw) if raw is not None and is_decimal(raw) else None
 
     @property
     def member(self) -> int | None:
         """The member index (None at size one, or when not a number)."""
         raw = self.labels.get(LABEL_MEMBER_INDEX)
-        return int(raw) if raw is not None and raw.isdigit() else None
+        return int(raw) if raw is not None and is_decimal(raw) else None
 
 
 @dataclass(frozen=True)

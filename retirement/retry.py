@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
+from retirement.text import is_decimal
+
 TOKEN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 ROLE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -20,7 +22,7 @@ class RetryDecision(StrEnum):
 
 def validate_token(token: str) -> str:
     """Return ``token`` if well formed, else raise ValueError with the rule."""
-    if not isinstance(token, str) or not TOKEN_RE.match(token):
+    if not isinstance(token, str) or not TOKEN_RE.fullmatch(token):
         raise ValueError("a retry token is 1-63 characters of letters, digits, '.', '_' or '-',"
                          " starting with a letter or digit")
     return token
@@ -50,8 +52,8 @@ def parse_retry_annotation(value: str) -> RetryAnnotation:
     if len(parts) != 3:
         raise ValueError(f"expected role:ordinal:token, got {len(parts)} part(s)")
     role, ordinal, token = parts
-    if not ROLE_RE.match(role):
+    if not ROLE_RE.fullmatch(role):
         raise ValueError(f"role {role[:64]!r} is not a valid role name")
-    if not ordinal.isdigit() or len(ordinal) > 6:
+    if not is_decimal(ordinal) or len(ordinal) > 6:
         raise ValueError(f"ordinal {ordinal[:16]!r} is not a non-negative integer")
     return RetryAnnotation(role=role, ordinal=int(ordinal), token=validate_token(token))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from retirement.names import LABEL_MEMBER_INDEX
+from retirement.text import is_decimal
 
 
 class Shape(StrEnum):
@@ -135,12 +136,12 @@ def _read_sglang(kind: str, size: int, flags: Mapping[str, list[str]]) -> ShapeR
                                                "--disaggregation-mode disagree")
     nnodes = _one(flags, "--nnodes")
     if nnodes is not None:
-        if not nnodes.isdigit() or int(nnodes) < 1:
+        if not is_decimal(nnodes) or int(nnodes) < 1:
             return ShapeReading(Shape.UNDECIDABLE, f"--nnodes {nnodes!r} is not a count")
         if int(nnodes) != size:
             return ShapeReading(Shape.UNDECIDABLE, f"--nnodes {nnodes} and size {size} disagree")
     dp = _one(flags, "--dp-size") or _one(flags, "--data-parallel-size")
-    if dp is not None and (not dp.isdigit() or int(dp) < 1):
+    if dp is not None and (not is_decimal(dp) or int(dp) < 1):
         return ShapeReading(Shape.UNDECIDABLE, f"--dp-size {dp!r} is not a count")
     # SGLang's data parallelism is coordinated behind one HTTP server: leader-served.
     return ShapeReading(Shape.SINGLE if size == 1 else Shape.LEADER_SERVED)
@@ -171,7 +172,7 @@ class Selection:
 def member_index(pod: MemberPod) -> int | None:
     """The ``member-index`` label as a number, or None if absent or not a number."""
     raw = pod.labels.get(LABEL_MEMBER_INDEX)
-    if raw is None or not raw.isdigit():
+    if raw is None or not is_decimal(raw):
         return None
     return int(raw)
 

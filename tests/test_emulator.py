@@ -92,7 +92,10 @@ def make() -> Iterator[Callable[..., EngineEmulator]]:
     made: list[EngineEmulator] = []
 
     def factory(
-        engine: EngineKind = EngineKind.VLLM, dp_ranks: int = 1, request_seconds: float = FAST
+        engine: EngineKind = EngineKind.VLLM,
+        dp_ranks: int = 1,
+        request_seconds: float = FAST,
+        **extra: Any,
     ) -> EngineEmulator:
         spec = PodEngineSpec(
             name=f"pod-{len(made)}",
@@ -102,6 +105,7 @@ def make() -> Iterator[Callable[..., EngineEmulator]]:
             metrics_port=0,
             dp_ranks=dp_ranks,
             request_seconds=request_seconds,
+            **extra,
         )
         emu = EngineEmulator(spec)
         emu.start()
@@ -284,13 +288,13 @@ def test_emulate_seconds_overrides_and_one_token_is_immediate(
     emu = make(EngineKind.VLLM, request_seconds=30.0)
     start = time.monotonic()
     r = client.post(
-        url(emu, "/v1/completions"), json={"model": "m", "prompt": "hi", "max_tokens": 1}
+        url(emu, "/v1/completions"), json={"model": "emulated", "prompt": "hi", "max_tokens": 1}
     )
     assert r.status_code == 200 and time.monotonic() - start < 1.0
     start = time.monotonic()
     r = client.post(
         url(emu, "/v1/completions"),
-        json={"model": "m", "prompt": "hi", "max_tokens": 4, "emulate_seconds": 0.2},
+        json={"model": "emulated", "prompt": "hi", "max_tokens": 4, "emulate_seconds": 0.2},
     )
     elapsed = time.monotonic() - start
     assert r.status_code == 200 and 0.15 < elapsed < 2.0
@@ -366,6 +370,166 @@ def test_sglang_meta_info_id_echo(
     assert client.get(url(emu, "/health_generate")).status_code == 200
     assert client.get(url(emu, "/nope")).status_code == 404
     assert client.post(url(emu, "/generate"), content=b"{not json").status_code == 400
+
+
+# --------------------------------------------------------------------------------------
+# the requested model name, checked as each real engine checks it
+
+
+def _vllm_not_found(model: str) -> dict[str, Any]:
+    """vLLM 0.2x's 404 body (``OpenAIServing._check_model``; nested since v0.10.1)."""
+    return {
+        "error": {
+            "message": f"The model `{model}` does not exist.",
+            "type": "NotFoundError",
+            "param": "model",
+            "code": 404,
+        }
+    }
+
+
+def test_vllm_refuses_a_model_it_does_not_serve(
+    make: Callable[..., EngineEmulator], client: httpx.Client
+) -> None:
+    emu = make(EngineKind.VLLM, request_seconds=30.0)
+    for route, body in (
+        ("/v1/completions", {"prompt": "x", "max_tokens": 4}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]}),
+    ):
+        for stream in (False, True):
+            r = client.post(
+                url(emu, route),
+                json={**body, "model": "probe", "stream": stream},
+                headers={"X-Request-Id": "gpustack-qualify-1"},
+            )
+            assert r.status_code == 404, (route, stream, r.text)
+            assert r.headers["content-type"].startswith("application/json")
+            assert r.json() == _vllm_not_found("probe")
+    # Refused before admission: nothing ran, nothing was counted.
+    assert (emu.completed, emu.in_flight, emu.aborted) == (0, 0, 0)
+    assert total(scrape(client, emu), "vllm:prompt_tokens_total") == 0.0
+
+
+def test_vllm_without_a_model_serves_the_first_served_name(
+    make: Callable[..., EngineEmulator], client: httpx.Client
+) -> None:
+    emu = make(EngineKind.VLLM, served_model_names=("org/big-model", "big"))
+    for body in ({}, {"model": None}, {"model": ""}, {"model": "big"}, {"model": "org/big-model"}):
+        r = client.post(
+            url(emu, "/v1/completions"),
+            json={"prompt": "x", "max_tokens": 1, **body},
+            headers={"X-Request-Id": "rid-1"},
+        )
+        assert r.status_code == 200, (body, r.text)
+        # vLLM names the first served name whatever alias was asked for.
+        assert r.json()["model"] == "org/big-model"
+        assert r.json()["id"] == "cmpl-rid-1"
+    r = client.post(url(emu, "/v1/completions"), json={"model": "emulated", "prompt": "x"})
+    assert r.status_code == 404 and r.json() == _vllm_not_found("emulated")
+    r = client.post(url(emu, "/v1/completions"), json={"model": 7, "prompt": "x"})
+    assert r.status_code == 400
+
+
+def test_vllm_models_list_names_every_served_name(
+    make: Callable[..., EngineEmulator], client: httpx.Client
+) -> None:
+    emu = make(EngineKind.VLLM, served_model_names=("a", "b"), model_path="/models/Qwen3-0.6B")
+    data = client.get(url(emu, "/v1/models")).json()
+    assert data["object"] == "list"
+    assert [m["id"] for m in data["data"]] == ["a", "b"]
+    assert {m["root"] for m in data["data"]} == {"/models/Qwen3-0.6B"}
+    assert {m["owned_by"] for m in data["data"]} == {"vllm"}
+    assert all(m["object"] == "model" and m["parent"] is None for m in data["data"])
+    # vLLM has no GET /v1/models/{name}.
+    assert client.get(url(emu, "/v1/models/a")).status_code == 404
+    default = make(EngineKind.VLLM)
+    assert [m["id"] for m in client.get(url(default, "/v1/models")).json()["data"]] == ["emulated"]
+
+
+def test_sglang_openai_routes_do_not_check_the_model(
+    make: Callable[..., EngineEmulator], client: httpx.Client
+) -> None:
+    emu = make(EngineKind.SGLANG, served_model_names=("qwen",), model_path="/models/q")
+    r = client.post(url(emu, "/v1/completions"), json={"model": "probe", "prompt": "x"})
+    assert r.status_code == 200 and r.json()["model"] == "probe"
+    r = client.post(url(emu, "/v1/completions"), json={"prompt": "x", "max_tokens": 1})
+    assert r.status_code == 200 and r.json()["model"] == "default"
+    r = client.post(
+        url(emu, "/v1/chat/completions"),
+        json={"model": "other", "messages": [{"role": "user", "content": "x"}], "max_tokens": 1},
+    )
+    assert r.status_code == 200 and r.json()["model"] == "other"
+    assert [m["id"] for m in client.get(url(emu, "/v1/models")).json()["data"]] == ["qwen"]
+    card = client.get(url(emu, "/v1/models/qwen"))
+    assert card.status_code == 200 and card.json()["id"] == "qwen"
+    missing = client.get(url(emu, "/v1/models/probe"))
+    assert missing.status_code == 404
+    assert missing.json() == {
+        "error": {
+            "message": "The model 'probe' does not exist",
+            "type": "invalid_request_error",
+            "param": "model",
+            "code": "model_not_found",
+        }
+    }
+    assert client.get(url(emu, "/get_model_info")).json()["model_path"] == "/models/q"
+    assert client.get(url(emu, "/get_server_info")).json()["served_model_name"] == "qwen"
+
+
+def test_served_model_names_are_validated() -> None:
+    def spec(engine: EngineKind, **kw: Any) -> PodEngineSpec:
+        return PodEngineSpec("p", engine, LOOPBACK, 0, 0, **kw)
+
+    with pytest.raises(ValueError):
+        EngineEmulator(spec(EngineKind.SGLANG, served_model_names=("a", "b")))
+    with pytest.raises(ValueError):
+        EngineEmulator(spec(EngineKind.VLLM, served_model_names=()))
+    with pytest.raises(ValueError):
+        EngineEmulator(spec(EngineKind.VLLM, served_model_names=("",)))
+    with pytest.raises(ValueError):
+        EngineEmulator(spec(EngineKind.VLLM, model_path=""))
+    emu = EngineEmulator(spec(EngineKind.VLLM, served_model_names=["x", "y"]))  # type: ignore[arg-type]
+    assert emu.served_model_names == ("x", "y")
+
+
+def test_hub_takes_a_served_model_name(
+    hub: tuple[EmulatorHub, list[PodEngineSpec]], client: httpx.Client
+) -> None:
+    h, _ = hub
+    base = f"http://{LOOPBACK}:{h.control_port}"
+    pod = {"engine": "vLLM", "serve_host": LOOPBACK, "serve_port": 0, "metrics_port": 0}
+    r = client.post(
+        f"{base}/pods",
+        json={**pod, "name": "v", "served_model_name": ["m1", "m2"], "model_path": "/m"},
+    )
+    assert r.status_code == 201, r.text
+    assert r.json()["served_model_names"] == ["m1", "m2"]
+    assert r.json()["model_path"] == "/m"
+    serve = f"http://{LOOPBACK}:{r.json()['serve_port']}"
+    assert (
+        client.post(f"{serve}/v1/completions", json={"model": "m2", "prompt": "x"}).json()["model"]
+        == "m1"
+    )
+    assert (
+        client.post(
+            f"{serve}/v1/completions", json={"model": "emulated", "prompt": "x"}
+        ).status_code
+        == 404
+    )
+    r = client.post(f"{base}/pods", json={**pod, "name": "s", "served_model_name": "one"})
+    assert r.status_code == 201 and r.json()["served_model_names"] == ["one"]
+    r = client.post(f"{base}/pods", json={**pod, "name": "d"})
+    assert r.json()["served_model_names"] == ["emulated"]
+    sg = {**pod, "engine": "SGLang"}
+    for bad in (
+        {**sg, "name": "x1", "served_model_name": ["a", "b"]},
+        {**pod, "name": "x2", "served_model_name": []},
+        {**pod, "name": "x3", "served_model_name": [""]},
+        {**pod, "name": "x4", "served_model_name": 5},
+        {**pod, "name": "x5", "model_path": ""},
+    ):
+        assert client.post(f"{base}/pods", json=bad).status_code == 400, bad
+    assert "x1" not in h.names()
 
 
 def test_chat_completions(make: Callable[..., EngineEmulator], client: httpx.Client) -> None:

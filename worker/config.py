@@ -52,6 +52,6 @@ def parser(*, environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParse
     p.add_argument(
         "--max-concurrent-activities",
         type=int,
-        default=int(environ.get("RETIRE_MAX_ACTIVITIES", "16")),
+        default=int(environ.get("RETIRE_MAX_ACTIVITIES", "64")),
     )
     return p

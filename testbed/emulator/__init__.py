@@ -14,13 +14,15 @@ Run a hub with ``python -m testbed.emulator --control-host H --control-port P``.
 
 Modules, one concern each:
 
-- ``spec``: the engine kinds, the model name and one Pod's engine spec;
+- ``spec``: the engine kinds, the default model name and one Pod's engine spec (its
+  served model names among them);
 - ``wire``: the cuttable HTTP server, the handler and the body/response/SSE helpers;
 - ``fields``: validation of JSON fields shared by both APIs;
 - ``exposition``: per-rank metric state and the Prometheus text format;
 - ``metrics_vllm``, ``metrics_sglang``: each engine's series names and labels;
 - ``traps``: stale gauges, front-end-hidden requests, broken ``/metrics`` answers;
-- ``serving``: completions, chat completions, SGLang ``/generate`` and info answers;
+- ``serving``: completions, chat completions, SGLang ``/generate`` and info answers, with
+  each engine's own check of the requested model name;
 - ``engine``: :class:`EngineEmulator`, one Pod's engine (lifecycle, accounting, routes);
 - ``control``, ``hub``: the hub's control API bodies and :class:`EmulatorHub`;
 - ``cli``: ``python -m testbed.emulator``.
@@ -29,13 +31,14 @@ Modules, one concern each:
 from testbed.emulator.cli import main
 from testbed.emulator.engine import EngineEmulator
 from testbed.emulator.hub import EmulatorHub
-from testbed.emulator.spec import MODEL_NAME, EngineKind, PodEngineSpec
+from testbed.emulator.spec import MODEL_NAME, SGLANG_DEFAULT_MODEL, EngineKind, PodEngineSpec
 from testbed.emulator.traps import HUGE_METRICS_BYTES, METRICS_MODES, SLOW_METRICS_SECONDS
 
 __all__ = [
     "HUGE_METRICS_BYTES",
     "METRICS_MODES",
     "MODEL_NAME",
+    "SGLANG_DEFAULT_MODEL",
     "SLOW_METRICS_SECONDS",
     "EmulatorHub",
     "EngineEmulator",

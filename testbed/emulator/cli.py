@@ -31,7 +31,7 @@ def address_adder(dev: str) -> Callable[[PodEngineSpec], None]:
     Loopback and unspecified addresses are left alone. No shell is involved: the address
     is parsed by :mod:`ipaddress` and the device name is checked.
     """
-    if not _DEV_NAME.match(dev):
+    if not _DEV_NAME.fullmatch(dev):
         raise ValueError(f"bad device name {dev!r}")
 
     def on_add(spec: PodEngineSpec) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from testbed.emulator.engine import EngineEmulator
 from testbed.emulator.fields import int_field, seconds_field
-from testbed.emulator.spec import EngineKind, PodEngineSpec
+from testbed.emulator.spec import MODEL_NAME, EngineKind, PodEngineSpec
 from testbed.emulator.traps import is_metrics_mode
 from testbed.emulator.wire import BadRequest
 
@@ -20,6 +20,34 @@ __all__ = ["apply_traps", "spec_from_json"]
 _TRAP_FIELDS = frozenset(
     {"stale_gauges", "frontend_hidden", "metrics_mode", "clear", "request_seconds", "healthy"}
 )
+
+
+_MAX_SERVED_NAMES = 16
+_MAX_NAME_LEN = 1024
+
+
+def _model_name(value: Any, key: str) -> str:
+    """A model name or path: a non-empty string of bounded length."""
+    if not isinstance(value, str) or not value or len(value) > _MAX_NAME_LEN:
+        raise BadRequest(f"{key} must be a non-empty string of at most {_MAX_NAME_LEN} chars")
+    return value
+
+
+def _served_names(body: dict[str, Any], kind: EngineKind) -> tuple[str, ...]:
+    """``served_model_name``: a name or a list of names (vLLM's ``--served-model-name``
+    takes several, SGLang's one); the default is :data:`MODEL_NAME`."""
+    value = body.get("served_model_name")
+    if value is None:
+        return (MODEL_NAME,)
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not 1 <= len(names) <= _MAX_SERVED_NAMES:
+        raise BadRequest(
+            f"served_model_name must be a string or a list of 1..{_MAX_SERVED_NAMES} strings"
+        )
+    out = tuple(_model_name(n, "served_model_name") for n in names)
+    if kind is EngineKind.SGLANG and len(out) != 1:
+        raise BadRequest("SGLang serves exactly one model name")
+    return out
 
 
 def spec_from_json(body: dict[str, Any]) -> PodEngineSpec:
@@ -48,14 +76,19 @@ def spec_from_json(body: dict[str, Any]) -> PodEngineSpec:
     if dp > 64:
         raise BadRequest("dp_ranks must be <= 64")
     seconds = seconds_field(body, "request_seconds")
+    kind = kinds[engine_text.lower()]
+    served = _served_names(body, kind)
+    path = body.get("model_path")
     return PodEngineSpec(
         name=name,
-        engine=kinds[engine_text.lower()],
+        engine=kind,
         serve_host=host,
         serve_port=ports[0],
         metrics_port=ports[1],
         dp_ranks=dp,
         request_seconds=1.0 if seconds is None else seconds,
+        served_model_names=served,
+        model_path=MODEL_NAME if path is None else _model_name(path, "model_path"),
     )
 
 

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from testbed.emulator import serving
 from testbed.emulator.exposition import LATENCY_BUCKETS, Family, Rank
@@ -63,8 +64,9 @@ class EngineEmulator:
 
     Serves on ``(serve_host, serve_port)`` and on ``("127.0.0.1", metrics_port)``:
     ``/health``, ``/metrics``, ``/v1/models``, ``/get_model_info``, ``/get_server_info``,
-    ``/v1/completions``, ``/v1/chat/completions`` and, for SGLang, ``/generate`` and
-    ``/health_generate``. Thread-safe.
+    ``/v1/completions``, ``/v1/chat/completions`` and, for SGLang, ``/generate``,
+    ``/health_generate`` and ``/v1/models/{name}``. The OpenAI routes check the requested
+    ``model`` as the real engine does (see :mod:`testbed.emulator.serving`). Thread-safe.
     """
 
     def __init__(self, spec: PodEngineSpec) -> None:
@@ -73,8 +75,16 @@ class EngineEmulator:
             raise ValueError("dp_ranks must be >= 1")
         if not math.isfinite(spec.request_seconds) or spec.request_seconds < 0:
             raise ValueError("request_seconds must be a finite number >= 0")
-        self.spec = spec
         self.engine = EngineKind(spec.engine)
+        served = tuple(spec.served_model_names)
+        if not served or not all(isinstance(n, str) and n for n in served):
+            raise ValueError("served_model_names must be one or more non-empty strings")
+        if self.engine is EngineKind.SGLANG and len(served) != 1:
+            raise ValueError("SGLang serves exactly one model name")
+        if not isinstance(spec.model_path, str) or not spec.model_path:
+            raise ValueError("model_path must be a non-empty string")
+        spec.served_model_names = served
+        self.spec = spec
         self._lock = threading.Lock()
         self._generation = 0
         self._ranks = [Rank() for _ in range(spec.dp_ranks)]
@@ -183,6 +193,11 @@ class EngineEmulator:
         with self._lock:
             return self.spec.request_seconds
 
+    @property
+    def served_model_names(self) -> tuple[str, ...]:
+        """The names the engine serves its model under (``--served-model-name``)."""
+        return self.spec.served_model_names
+
     # -- traps -------------------------------------------------------------------------
 
     def set_stale_gauges(self, running: int, waiting: int = 0) -> None:
@@ -255,6 +270,8 @@ class EngineEmulator:
                 "metrics_port": self._metrics_port,
                 "dp_ranks": self.spec.dp_ranks,
                 "request_seconds": self.spec.request_seconds,
+                "served_model_names": list(self.spec.served_model_names),
+                "model_path": self.spec.model_path,
                 "state": "running" if self._running else "stopped",
                 "in_flight": self._in_flight,
                 "completed": self._completed,
@@ -414,12 +431,29 @@ class EngineEmulator:
                 self._serve_metrics(handler)
             elif route == "/v1/models":
                 send_json(
-                    handler, 200, serving.models_list(kind=self.engine, created=self._created)
+                    handler,
+                    200,
+                    serving.models_list(
+                        kind=self.engine,
+                        served=self.spec.served_model_names,
+                        model_path=self.spec.model_path,
+                        created=self._created,
+                    ),
                 )
+            elif route.startswith("/v1/models/") and sglang:
+                self._retrieve_model(handler, unquote(route[len("/v1/models/") :]))
             elif route == "/get_model_info":
-                send_json(handler, 200, serving.model_info())
+                send_json(handler, 200, serving.model_info(model_path=self.spec.model_path))
             elif route in ("/get_server_info", "/server_info"):
-                send_json(handler, 200, serving.server_info(dp_ranks=self.spec.dp_ranks))
+                send_json(
+                    handler,
+                    200,
+                    serving.server_info(
+                        dp_ranks=self.spec.dp_ranks,
+                        model_path=self.spec.model_path,
+                        served=self.spec.served_model_names,
+                    ),
+                )
             elif route == "/version":
                 send_json(handler, 200, {"version": "emulated"})
             else:
@@ -436,6 +470,16 @@ class EngineEmulator:
                 send_json(handler, 404, error_body(f"no route {route}", 404))
         else:
             send_json(handler, 405, error_body(f"method {method} not allowed", 405))
+
+    def _retrieve_model(self, handler: Handler, name: str) -> None:
+        """SGLang's ``GET /v1/models/{name}``: the card, or 404 for a name not served."""
+        if name not in self.spec.served_model_names:
+            send_json(handler, 404, serving.model_not_found(self.engine, name))
+            return
+        card = serving.model_card(
+            kind=self.engine, name=name, model_path=self.spec.model_path, created=self._created
+        )
+        send_json(handler, 200, card)
 
     def _serve_metrics(self, handler: Handler) -> None:
         """Answer ``/metrics`` in the current mode."""

@@ -6,6 +6,20 @@ Response shapes, ids and streaming follow the real engines, so routers and load
 generators in the bed cannot tell the difference. Time and accounting are the engine's:
 each handler asks it to admit the request and then spends the request's duration through
 what it hands back, which is where stops and restarts cut a request.
+
+The ``model`` of an OpenAI request is checked as strictly as the real engines check it
+(vLLM 0.2x ``OpenAIServing._check_model``/``_is_model_supported``; SGLang's Python HTTP
+server):
+
+- vLLM: a missing, null or empty ``model`` is served by the first served model name; any
+  other name that is not one of the served names is refused before the request is admitted,
+  with 404 and ``{"error": {"message": "The model `x` does not exist.", "type":
+  "NotFoundError", "param": "model", "code": 404}}``. The response's ``model`` is always
+  the first served name.
+- SGLang: ``/v1/completions`` and ``/v1/chat/completions`` do not check the name; a
+  missing ``model`` reads as ``"default"`` and the response echoes what was asked.
+  ``GET /v1/models/{name}`` does check: 404 with an ``invalid_request_error`` /
+  ``model_not_found`` body for a name it does not serve. ``/generate`` has no model.
 """
 
 from __future__ import annotations
@@ -17,7 +31,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from testbed.emulator.fields import int_field, seconds_field
-from testbed.emulator.spec import MODEL_NAME, EngineKind
+from testbed.emulator.spec import SGLANG_DEFAULT_MODEL, EngineKind
 from testbed.emulator.wire import (
     BadRequest,
     Handler,
@@ -34,7 +48,9 @@ __all__ = [
     "Spend",
     "completions",
     "generate",
+    "model_card",
     "model_info",
+    "model_not_found",
     "models_list",
     "server_info",
 ]
@@ -58,6 +74,10 @@ class Engine(Protocol):
     @property
     def request_seconds(self) -> float:
         """The default duration of a new request."""
+
+    @property
+    def served_model_names(self) -> tuple[str, ...]:
+        """The names the engine serves its model under (``--served-model-name``)."""
 
     def admitted(
         self, *, prompt_tokens: int, generation_tokens: int, duration: float
@@ -128,31 +148,101 @@ def _run_request(
             spend(1)
 
 
-def models_list(*, kind: EngineKind, created: float) -> dict[str, Any]:
-    """The ``/v1/models`` answer."""
+MAX_MODEL_LEN = 4096
+"""The context length the emulated model reports."""
+
+
+def model_card(*, kind: EngineKind, name: str, model_path: str, created: float) -> dict[str, Any]:
+    """One ``/v1/models`` entry (vLLM's ``ModelCard``, or SGLang's smaller one)."""
+    card: dict[str, Any] = {
+        "id": name,
+        "object": "model",
+        "created": int(created),
+        "owned_by": "sglang" if kind is EngineKind.SGLANG else "vllm",
+        "root": model_path,
+        "max_model_len": MAX_MODEL_LEN,
+    }
+    if kind is EngineKind.VLLM:
+        card["parent"] = None
+        card["permission"] = [
+            {
+                "id": f"modelperm-{secrets.token_hex(16)}",
+                "object": "model_permission",
+                "created": int(created),
+                "allow_create_engine": False,
+                "allow_sampling": True,
+                "allow_logprobs": True,
+                "allow_search_indices": False,
+                "allow_view": True,
+                "allow_fine_tuning": False,
+                "organization": "*",
+                "group": None,
+                "is_blocking": False,
+            }
+        ]
+    return card
+
+
+def models_list(
+    *, kind: EngineKind, served: tuple[str, ...], model_path: str, created: float
+) -> dict[str, Any]:
+    """The ``/v1/models`` answer: one card per served name, in order."""
     return {
         "object": "list",
         "data": [
-            {
-                "id": MODEL_NAME,
-                "object": "model",
-                "created": int(created),
-                "owned_by": "sglang" if kind is EngineKind.SGLANG else "vllm",
-                "root": MODEL_NAME,
-                "max_model_len": 4096,
-            }
+            model_card(kind=kind, name=n, model_path=model_path, created=created) for n in served
         ],
     }
 
 
-def model_info() -> dict[str, Any]:
+def model_not_found(kind: EngineKind, model: str) -> dict[str, Any]:
+    """The 404 body for a model the engine does not serve (each engine's own wording)."""
+    if kind is EngineKind.VLLM:
+        return {
+            "error": {
+                "message": f"The model `{model}` does not exist.",
+                "type": "NotFoundError",
+                "param": "model",
+                "code": 404,
+            }
+        }
+    return {
+        "error": {
+            "message": f"The model '{model}' does not exist",
+            "type": "invalid_request_error",
+            "param": "model",
+            "code": "model_not_found",
+        }
+    }
+
+
+def model_info(*, model_path: str) -> dict[str, Any]:
     """The ``/get_model_info`` answer."""
-    return {"model_path": MODEL_NAME, "tokenizer_path": MODEL_NAME, "is_generation": True}
+    return {"model_path": model_path, "tokenizer_path": model_path, "is_generation": True}
 
 
-def server_info(*, dp_ranks: int) -> dict[str, Any]:
+def server_info(*, dp_ranks: int, model_path: str, served: tuple[str, ...]) -> dict[str, Any]:
     """The ``/get_server_info`` (``/server_info``) answer."""
-    return {"model_path": MODEL_NAME, "dp_size": dp_ranks, "version": "emulated"}
+    return {
+        "model_path": model_path,
+        "served_model_name": served[0],
+        "dp_size": dp_ranks,
+        "version": "emulated",
+    }
+
+
+def _response_model(engine: Engine, body: dict[str, Any]) -> str | None:
+    """The ``model`` the response names, or None when the engine refuses the one asked
+    for (vLLM only; see the module docstring)."""
+    requested = body.get("model")
+    if requested is not None and not isinstance(requested, str):
+        raise BadRequest("model must be a string")
+    served = engine.served_model_names
+    if engine.engine is EngineKind.VLLM:
+        if requested and requested not in served:
+            return None
+        return served[0]
+    return SGLANG_DEFAULT_MODEL if requested is None else requested
 
 
 def completions(engine: Engine, handler: Handler, *, chat: bool) -> None:
@@ -173,7 +263,10 @@ def completions(engine: Engine, handler: Handler, *, chat: bool) -> None:
         prompt_tokens = _count_tokens(prompt)
         max_tokens = int_field(body, "max_tokens", DEFAULT_MAX_TOKENS)
     stream = bool(body.get("stream", False))
-    model = body.get("model") if isinstance(body.get("model"), str) else MODEL_NAME
+    model = _response_model(engine, body)
+    if model is None:
+        send_json(handler, 404, model_not_found(engine.engine, str(body.get("model"))))
+        return
     header_rid = handler.headers.get("X-Request-Id")
     body_rid = body.get("request_id")
     if engine.engine is EngineKind.VLLM:

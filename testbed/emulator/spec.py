@@ -9,10 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["MODEL_NAME", "EngineKind", "PodEngineSpec"]
+__all__ = ["MODEL_NAME", "SGLANG_DEFAULT_MODEL", "EngineKind", "PodEngineSpec"]
 
 MODEL_NAME = "emulated"
-"""The model name every emulated engine serves and labels its series with."""
+"""The default served model name (``--served-model-name``) and model path of an emulated
+engine, and the model name its metric series are labelled with. The bed's load generator
+asks for it by this name."""
+
+SGLANG_DEFAULT_MODEL = "default"
+"""What SGLang puts in ``model`` when an OpenAI request omits it (its
+``DEFAULT_MODEL_NAME``); SGLang echoes the request's ``model`` back unchecked."""
 
 
 class EngineKind(StrEnum):
@@ -29,6 +35,10 @@ class PodEngineSpec:
     ``serve_host``/``serve_port`` is the Pod address the engine API listens on;
     ``metrics_port`` is the port on ``127.0.0.1`` serving the same routes. A port of 0
     binds a free port (read it back from :attr:`EngineEmulator.serve_port`).
+
+    ``served_model_names`` is the engine's ``--served-model-name`` (vLLM takes several,
+    SGLang one) and ``model_path`` its ``--model``/``--model-path``. vLLM answers 404 to an
+    OpenAI request that names any other model; SGLang does not check the name.
     """
 
     name: str
@@ -38,3 +48,5 @@ class PodEngineSpec:
     metrics_port: int
     dp_ranks: int = 1
     request_seconds: float = 1.0
+    served_model_names: tuple[str, ...] = (MODEL_NAME,)
+    model_path: str = MODEL_NAME

@@ -418,7 +418,7 @@ def _one_request(ip: str) -> tuple[int, float]:
         try:
             r = http.post(
                 f"http://{ip}:8000/v1/completions",
-                json={"model": "m", "prompt": "p", "max_tokens": 16},
+                json={"prompt": "p", "max_tokens": 16},
             )
         except httpx.HTTPError:
             return 0, time.time()

@@ -41,8 +41,17 @@ from retirement.names import (
     LABEL_NAME,
     LABEL_ORDINAL,
 )
+from retirement.readings import SERIES
 
-__all__ = ["Call", "FakeKube", "apply_json_patch", "apply_merge_patch", "matches", "member_pod"]
+__all__ = [
+    "Call",
+    "FakeKube",
+    "apply_json_patch",
+    "apply_merge_patch",
+    "matches",
+    "member_pod",
+    "oneshot_stdout",
+]
 
 Key = tuple[str, str]
 ExecScript = ExecResult | Callable[[list[str]], ExecResult]
@@ -233,6 +242,19 @@ def member_pod(
     }
 
 
+def oneshot_stdout(
+    engine: str = "vLLM", *, in_flight: float = 0.0, counters: Sequence[float] = (0.0, 0.0)
+) -> str:
+    """What the drain one-shot (``activities.oneshot``) prints for one read of ``engine``:
+    the first gauge carries ``in_flight`` (the others 0), then each counter, then ``#end``
+    (``counters`` is padded with 0 to the engine's counter count)."""
+    series = SERIES[engine]
+    values = list(counters) + [0.0] * (len(series.counters) - len(counters))
+    lines = [f"{g}\t{float(in_flight) if i == 0 else 0.0!r}" for i, g in enumerate(series.gauges)]
+    lines += [f"{c}\t{float(v)!r}" for c, v in zip(series.counters, values, strict=False)]
+    return "\n".join([*lines, "#end"]) + "\n"
+
+
 # ---------------------------------------------------------------- the fake
 
 
@@ -368,6 +390,20 @@ class FakeKube:
         """The Pod disappears (as if its deletion completed)."""
         with self._lock:
             self.pods.pop((namespace, name), None)
+
+    def set_label(
+        self, name: str, key: str, value: str | None, *, namespace: str = "default"
+    ) -> None:
+        """Another writer sets (``None``: removes) one label of a stored Pod; the
+        resourceVersion moves, the UID stays."""
+        with self._lock:
+            meta = self.pods[(namespace, name)]["metadata"]
+            labels = meta.setdefault("labels", {})
+            if value is None:
+                labels.pop(key, None)
+            else:
+                labels[key] = value
+            self._bump(self.pods[(namespace, name)])
 
     def pod_labels(self, name: str, *, namespace: str = "default") -> dict[str, str]:
         """The stored labels of a Pod (for assertions)."""

@@ -1,0 +1,335 @@
+"""``admit`` under ``ActivityEnvironment`` against the fake Kubernetes layer: it binds the
+replica (UIDs, container IDs, the Workload, the deployment's generation) or refuses with a
+reason a person can act on, and in every case it only reads.  A Kubernetes error leaves it
+as an ``ApplicationError`` whose type and retryability the retry policies rely on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities import RetirementActivities
+from kube.errors import Forbidden, KubeError, NotFound, Unavailable
+from retirement.models import Admission, AdmitInput, IntentKind, RetirementRequest
+from tests.helpers import model_deployment, role
+from tests.helpers.fake_kube import FakeKube, member_pod
+
+NS = "default"
+MD = "llm"
+#: The calls admission may make: reads only.
+READS = {"get_deployment", "list_pods", "list_workloads"}
+
+
+def cluster(*pods: dict[str, Any], md: dict[str, Any] | None = None) -> FakeKube:
+    """A deployment ``llm`` (vLLM 0.29.0, 2 single-member replicas) and ``pods``."""
+    kube = FakeKube()
+    kube.add_deployment(md or model_deployment(MD, namespace=NS, uid="md-uid", replicas=2))
+    for p in pods:
+        kube.add_pod(p)
+    return kube
+
+
+def replica(ordinal: int = 1, **kw: Any) -> dict[str, Any]:
+    """The one member Pod of replica ``ordinal``."""
+    kw.setdefault("uid", f"uid-{ordinal}")
+    kw.setdefault("ip", f"198.18.1.{10 + ordinal}")
+    return member_pod(f"{MD}-{ordinal}", deployment=MD, ordinal=ordinal, **kw)
+
+
+def admit(
+    kube: FakeKube,
+    *,
+    ordinal: int = 1,
+    intent: IntentKind = IntentKind.COUNT_TRIM,
+    role_name: str = "server",
+    members: list[str] | None = None,
+) -> Admission:
+    req = RetirementRequest(
+        namespace=NS,
+        deployment=MD,
+        role=role_name,
+        ordinal=ordinal,
+        intent=intent,
+        members=members or [],
+    )
+    inp = AdmitInput(request=req, workflow_id=f"retirement/{NS}/{MD}")
+    result: Admission = ActivityEnvironment().run(RetirementActivities(kube).admit, inp)
+    return result
+
+
+def assert_read_only(kube: FakeKube) -> None:
+    assert {c.method for c in kube.calls} <= READS, [c.method for c in kube.calls]
+
+
+# ---------------------------------------------------------------- binding
+
+
+def test_admit_binds_the_replica_and_only_reads() -> None:
+    kube = cluster(replica(0), replica(1))
+    admission = admit(kube)
+    assert admission.refusal == ""
+    t = admission.target
+    assert t is not None
+    assert (t.namespace, t.deployment, t.role, t.ordinal) == (NS, MD, "server", 1)
+    assert (t.engine, t.engine_version, t.shape, t.router) == ("vLLM", "0.29.0", "Single", None)
+    assert t.deployment_uid == "md-uid"
+    assert t.observed_generation == 1  # no status yet: the generation
+    [m] = t.members
+    assert (m.pod, m.uid, m.ip) == ("llm-1", "uid-1", "198.18.1.11")
+    assert (m.container_id, m.restart_count) == ("containerd://main-1", 0)
+    assert m.measured and m.eligible_at_admission
+    assert (m.serve_port, m.metrics_port, m.metrics_scheme, m.metrics_path) == (
+        8000,
+        8000,
+        "http",
+        "/metrics",
+    )
+    assert t.workload_name is None and t.workload_uid is None
+    assert_read_only(kube)
+    # The other replica's Pod is untouched and not bound.
+    assert "uid-0" not in t.uids
+
+
+def test_admit_binds_the_status_observed_generation() -> None:
+    md = model_deployment(MD, namespace=NS, uid="md-uid")
+    md["status"] = {"observedGeneration": 7}
+    admission = admit(cluster(replica(1), md=md))
+    assert admission.target is not None
+    assert admission.target.observed_generation == 7
+
+
+def test_admit_binds_the_workload_owned_by_the_replica() -> None:
+    kube = cluster(replica(0), replica(1))
+    kube.add_workload("wl-0", owners=[("Pod", "uid-0")], uid="wl-uid-0")
+    kube.add_workload("wl-1", owners=[("Pod", "uid-1")], uid="wl-uid-1")
+    t = admit(kube).target
+    assert t is not None
+    assert (t.workload_name, t.workload_uid) == ("wl-1", "wl-uid-1")
+
+
+def test_admit_without_kueue_binds_no_workload() -> None:
+    kube = cluster(replica(1))
+    kube.kueue_installed = False
+    t = admit(kube).target
+    assert t is not None
+    assert t.workload_name is None and t.workload_uid is None
+
+
+def test_admit_binds_every_member_of_a_leader_served_group_and_measures_the_leader() -> None:
+    md = model_deployment(MD, namespace=NS, replicas=2, size=2)
+    pods = [
+        # A follower's metrics annotation is not read: a bad one does not refuse.
+        member_pod(
+            "llm-1-1",
+            deployment=MD,
+            ordinal=1,
+            member=1,
+            uid="uid-b",
+            ip="198.18.1.21",
+            metrics_port="80a",
+        ),
+        member_pod("llm-1-0", deployment=MD, ordinal=1, member=0, uid="uid-a", ip="198.18.1.20"),
+    ]
+    t = admit(cluster(*pods, md=md)).target
+    assert t is not None
+    assert t.shape == "LeaderServed"
+    assert [m.pod for m in t.members] == ["llm-1-0", "llm-1-1"]
+    assert t.measured == ("llm-1-0",)
+    assert t.uids == ["uid-a", "uid-b"]  # the delete binding stays whole
+    assert [m.member_index for m in t.members] == [0, 1]
+
+
+def test_admit_a_surplus_shed_binds_only_the_named_members() -> None:
+    md = model_deployment(MD, namespace=NS, replicas=2, size=1)
+    pods = [
+        member_pod("llm-1-a", deployment=MD, ordinal=1, uid="uid-a", ip="198.18.1.20"),
+        member_pod(
+            "llm-1-b", deployment=MD, ordinal=1, uid="uid-b", ip="198.18.1.21", eligible=False
+        ),
+    ]
+    admission = admit(cluster(*pods, md=md), intent=IntentKind.SURPLUS_SHED, members=["llm-1-b"])
+    t = admission.target
+    assert t is not None, admission.refusal
+    [m] = t.members
+    assert (m.pod, m.uid, m.measured, m.eligible_at_admission) == (
+        "llm-1-b",
+        "uid-b",
+        False,
+        False,
+    )
+
+
+def test_admit_a_departed_role_reads_its_shape_from_the_pods() -> None:
+    md = model_deployment(MD, namespace=NS, role_name="other")
+    pod = member_pod("llm-old-0", deployment=MD, role="old", ordinal=0, uid="uid-old")
+    admission = admit(
+        cluster(pod, md=md), intent=IntentKind.DEPARTED_ROLE, role_name="old", ordinal=0
+    )
+    t = admission.target
+    assert t is not None, admission.refusal
+    assert t.role == "old" and t.uids == ["uid-old"] and t.shape == "Single"
+
+
+# ---------------------------------------------------------------- refusals
+
+
+def _terminating() -> dict[str, Any]:
+    pod = replica(1)
+    pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return pod
+
+
+REFUSALS: dict[str, tuple[Callable[[], FakeKube], dict[str, Any], str]] = {
+    "deployment-missing": (lambda: FakeKube(), {}, f"ModelDeployment {NS}/{MD} not found"),
+    "deployment-malformed": (
+        lambda: cluster(
+            replica(1),
+            md={
+                "metadata": {"name": MD, "namespace": NS},
+                "spec": {"engine": {"name": "vLLM"}, "roles": [{"name": "server"}]},
+            },
+        ),
+        {},
+        "is malformed: role 'server': replicas is missing",
+    ),
+    "engine-unknown": (
+        lambda: cluster(replica(1), md=model_deployment(MD, namespace=NS, engine="TGI")),
+        {},
+        "engine 'TGI' is not vLLM or SGLang",
+    ),
+    "no-pods": (lambda: cluster(replica(0)), {}, "no Pods of role server ordinal 1"),
+    "terminating": (lambda: cluster(_terminating()), {}, "already terminating"),
+    "no-uid": (lambda: cluster(replica(1, uid="")), {}, "has no UID"),
+    "not-started": (
+        lambda: cluster(replica(1, container_id=None)),
+        {},
+        "container main of llm-1 has no container ID (not started)",
+    ),
+    "no-address": (
+        lambda: cluster(_without_ip()),
+        {},
+        "has no address",
+    ),
+    "bad-metrics-port": (
+        lambda: cluster(replica(1, metrics_port="80a")),
+        {},
+        "prometheus.io/port '80a' is not a port number",
+    ),
+    "no-metrics-port": (
+        lambda: cluster(replica(1, metrics_port=None)),
+        {},
+        "no prometheus.io/port annotation",
+    ),
+    "departed-role-still-declared": (
+        lambda: cluster(replica(1)),
+        {"intent": IntentKind.DEPARTED_ROLE},
+        "role server is still in the spec",
+    ),
+    "size-mismatch": (
+        lambda: cluster(replica(1), md=model_deployment(MD, namespace=NS, size=2)),
+        {},
+        "declared size 2 != 1 member Pods",
+    ),
+    "disaggregated": (
+        lambda: cluster(
+            replica(1, role_kind="Prefill"),
+            md=model_deployment(
+                MD,
+                namespace=NS,
+                role_name="other",
+                extra_roles=[role("server", replicas=1, kind="Prefill")],
+            ),
+        ),
+        {},
+        "shape Disaggregated",
+    ),
+    "role-kind-disagrees": (
+        lambda: cluster(replica(1, role_kind="Decode")),
+        {},
+        "role kind Server and the Pods'",
+    ),
+    "leadership-missing": (
+        lambda: cluster(
+            member_pod("llm-1-a", deployment=MD, ordinal=1, member=1, uid="a", ip="198.18.1.1"),
+            member_pod("llm-1-b", deployment=MD, ordinal=1, member=1, uid="b", ip="198.18.1.2"),
+            md=model_deployment(MD, namespace=NS, size=2),
+        ),
+        {},
+        "leadership missing",
+    ),
+    "surplus-not-of-the-replica": (
+        lambda: cluster(replica(1)),
+        {"intent": IntentKind.SURPLUS_SHED, "members": ["llm-9"]},
+        "are not all Pods of the replica",
+    ),
+}
+
+
+def _without_ip() -> dict[str, Any]:
+    pod = replica(1)
+    del pod["status"]["podIP"]
+    return pod
+
+
+@pytest.mark.parametrize(("make", "kw", "reason"), REFUSALS.values(), ids=REFUSALS.keys())
+def test_admit_refuses_with_a_reason_and_touches_nothing(
+    make: Callable[[], FakeKube], kw: dict[str, Any], reason: str
+) -> None:
+    kube = make()
+    before = {k: v["metadata"]["resourceVersion"] for k, v in kube.pods.items()}
+    admission = admit(kube, **kw)
+    assert admission.target is None
+    assert reason in admission.refusal, admission.refusal
+    assert_read_only(kube)
+    assert {k: v["metadata"]["resourceVersion"] for k, v in kube.pods.items()} == before
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug (SPEC section 3): a replica none of whose members ever started is to be "
+    "retired without a drain, saying so; admit() refuses it ('has no container ID')",
+)
+def test_admit_a_replica_that_never_started_is_not_refused() -> None:
+    admission = admit(cluster(replica(1, container_id=None, ready="False")))
+    assert admission.target is not None, admission.refusal
+
+
+# ---------------------------------------------------------------- Kubernetes errors
+
+
+@pytest.mark.parametrize(
+    ("method", "error", "retryable"),
+    [
+        ("get_deployment", Unavailable("read ModelDeployment", status=503), True),
+        ("get_deployment", Forbidden("read ModelDeployment", status=403), False),
+        ("list_pods", Unavailable("list Pods", reason="ConnectionRefusedError"), True),
+        ("list_pods", Forbidden("list Pods", status=403), False),
+        ("list_workloads", Unavailable("list Workloads", status=500), True),
+        ("list_workloads", Forbidden("list Workloads", status=403), False),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_a_kubernetes_error_leaves_admit_as_its_application_error(
+    method: str, error: KubeError, retryable: bool
+) -> None:
+    kube = cluster(replica(1))
+    kube.fail(method, error)
+    with pytest.raises(ApplicationError) as info:
+        admit(kube)
+    assert info.value.type == type(error).__name__
+    assert info.value.non_retryable is not retryable
+    assert info.value.__cause__ is error
+    assert_read_only(kube)
+
+
+def test_a_not_found_pod_list_is_not_read_as_kueue_missing() -> None:
+    """Only the Workload list's NotFound means "Kueue is not installed"."""
+    kube = cluster(replica(1))
+    kube.fail("list_pods", NotFound("list Pods", status=404))
+    with pytest.raises(ApplicationError) as info:
+        admit(kube)
+    assert info.value.type == "NotFound" and info.value.non_retryable

@@ -1,0 +1,316 @@
+"""``delete`` and ``settle`` under ``ActivityEnvironment`` against the fake Kubernetes
+layer: every delete carries the admitted UID as a precondition (a replacement is recorded
+and never touched), the Workload goes only when it owns no other Pod, a retried delete is
+idempotent; settling holds (UNKNOWN) until the admitted Pods are gone and the capacity is
+released, and never waits on a replacement."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities import RetirementActivities
+from kube.errors import Conflict, Forbidden, KubeError, Unavailable
+from retirement.models import (
+    Admission,
+    AdmitInput,
+    DeleteResult,
+    Observation,
+    PhaseInput,
+    RetirementRequest,
+    Target,
+)
+from retirement.phases import Verdict
+from tests.helpers import model_deployment
+from tests.helpers.fake_kube import FakeKube, member_pod
+
+NS = "default"
+MD = "llm"
+
+
+def member(index: int, **kw: Any) -> dict[str, Any]:
+    kw.setdefault("uid", f"uid-{index}")
+    kw.setdefault("ip", f"198.18.1.{20 + index}")
+    return member_pod(f"llm-1-{index}", deployment=MD, ordinal=1, member=index, **kw)
+
+
+def admitted(
+    *, workload: str | None = None, kube: FakeKube | None = None
+) -> tuple[FakeKube, Target]:
+    """Replica 1 of ``llm`` (two members; with ``workload``, a Workload owned by both)
+    admitted, beside replica 0 that must never be touched."""
+    kube = kube or FakeKube()
+    kube.add_deployment(model_deployment(MD, namespace=NS, size=2))
+    kube.add_pod(member(0))
+    kube.add_pod(member(1))
+    kube.add_pod(
+        member_pod("llm-0-0", deployment=MD, ordinal=0, member=0, uid="keep", ip="198.18.1.9")
+    )
+    if workload:
+        kube.add_workload(workload, owners=[("Pod", "uid-0"), ("Pod", "uid-1")], uid="wl-uid")
+    req = RetirementRequest(namespace=NS, deployment=MD, role="server", ordinal=1)
+    admission: Admission = ActivityEnvironment().run(
+        RetirementActivities(kube).admit, AdmitInput(request=req, workflow_id="wf")
+    )
+    assert admission.target is not None, admission.refusal
+    kube.calls.clear()
+    return kube, admission.target
+
+
+def phase(target: Target, seconds: float = 5.0) -> PhaseInput:
+    return PhaseInput(
+        target=target,
+        deadline=datetime.now(UTC) + timedelta(seconds=seconds),
+        poll_interval_s=0.01,
+    )
+
+
+def delete(kube: FakeKube, target: Target) -> DeleteResult:
+    result: DeleteResult = ActivityEnvironment().run(
+        RetirementActivities(kube).delete, phase(target)
+    )
+    return result
+
+
+def settle(
+    kube: FakeKube,
+    target: Target,
+    *,
+    seconds: float = 5.0,
+    heartbeats: list[Any] | None = None,
+    on_beat: Any = None,
+) -> Observation:
+    env = ActivityEnvironment()
+    beats: list[Any] = [] if heartbeats is None else heartbeats
+
+    def beat(*details: Any) -> None:
+        beats.extend(details)
+        if on_beat is not None:
+            on_beat(len(beats))
+
+    env.on_heartbeat = beat
+    obs: Observation = env.run(RetirementActivities(kube).settle, phase(target, seconds))
+    return obs
+
+
+def uid_of(kube: FakeKube, name: str) -> str | None:
+    body = kube.pods.get((NS, name))
+    return None if body is None else str(body["metadata"]["uid"])
+
+
+# ---------------------------------------------------------------- delete
+
+
+def test_delete_removes_each_admitted_pod_with_its_uid_as_precondition() -> None:
+    kube, target = admitted()
+    result = delete(kube, target)
+    assert result == DeleteResult(deleted=["llm-1-0", "llm-1-1"], workload="none")
+    assert [(c.args["name"], c.args["uid"]) for c in kube.called("delete_pod")] == [
+        ("llm-1-0", "uid-0"),
+        ("llm-1-1", "uid-1"),
+    ]
+    assert uid_of(kube, "llm-1-0") is None and uid_of(kube, "llm-1-1") is None
+    assert uid_of(kube, "llm-0-0") == "keep"
+
+
+def test_a_replaced_member_is_recorded_and_never_touched() -> None:
+    kube, target = admitted()
+    kube.add_pod(member(1, uid="uid-new"))
+    result = delete(kube, target)
+    assert result.deleted == ["llm-1-0"] and result.replaced == ["llm-1-1"]
+    assert uid_of(kube, "llm-1-1") == "uid-new"
+
+
+def test_a_retried_delete_is_idempotent() -> None:
+    kube, target = admitted(workload="wl")
+    first = delete(kube, target)
+    assert first == DeleteResult(deleted=["llm-1-0", "llm-1-1"], workload="deleted")
+    again = delete(kube, target)
+    assert again == DeleteResult(already_gone=["llm-1-0", "llm-1-1"], workload="gone")
+    assert uid_of(kube, "llm-0-0") == "keep"
+
+
+def test_the_workload_is_deleted_with_its_uid_when_it_owns_only_the_replica() -> None:
+    kube, target = admitted(workload="wl")
+    assert (target.workload_name, target.workload_uid) == ("wl", "wl-uid")
+    assert delete(kube, target).workload == "deleted"
+    [call] = kube.called("delete_workload")
+    assert call.args == {"namespace": NS, "name": "wl", "uid": "wl-uid"}
+    assert (NS, "wl") not in kube.workloads
+
+
+def test_a_workload_that_owns_another_pod_is_kept() -> None:
+    kube, target = admitted(workload="wl")
+    kube.add_workload("wl", owners=[("Pod", "uid-0"), ("Pod", "keep")], uid="wl-uid")
+    assert delete(kube, target).workload == "kept (owns other Pods)"
+    assert (NS, "wl") in kube.workloads
+    assert kube.called("delete_workload") == []
+
+
+def test_a_replaced_workload_is_not_deleted() -> None:
+    kube, target = admitted(workload="wl")
+    kube.add_workload("wl", owners=[("Pod", "uid-0")], uid="wl-other")
+    assert delete(kube, target).workload == "gone"
+    assert kube.workloads[(NS, "wl")]["metadata"]["uid"] == "wl-other"
+    assert kube.called("delete_workload") == []
+
+
+def test_a_workload_replaced_between_read_and_delete_is_not_deleted() -> None:
+    kube, target = admitted(workload="wl")
+    kube.fail("delete_workload", Conflict("delete Workload", status=409))
+    assert delete(kube, target).workload == "gone"
+    assert (NS, "wl") in kube.workloads
+
+
+@pytest.mark.parametrize(
+    ("error", "retryable"),
+    [
+        (Unavailable("delete Pod", status=503), True),
+        (Unavailable("delete Pod", reason="ConnectionRefusedError"), True),
+        (Forbidden("delete Pod", status=403), False),
+    ],
+    ids=["503", "refused", "forbidden"],
+)
+def test_a_failed_delete_raises_and_a_retry_finishes_the_job(
+    error: KubeError, retryable: bool
+) -> None:
+    kube, target = admitted()
+    kube.fail("delete_pod", error)
+    with pytest.raises(ApplicationError) as info:
+        delete(kube, target)
+    assert info.value.type == type(error).__name__
+    assert info.value.non_retryable is not retryable
+    assert uid_of(kube, "llm-1-0") == "uid-0"  # the first delete failed: nothing else ran
+    assert len(kube.called("delete_pod")) == 1
+    result = delete(kube, target)
+    assert result.deleted == ["llm-1-0", "llm-1-1"]
+    assert uid_of(kube, "llm-0-0") == "keep"
+
+
+class SecondDeleteFails(FakeKube):
+    """The API server goes away after the first Pod delete."""
+
+    def delete_pod(self, *, namespace: str, name: str, uid: str) -> None:
+        if len(self.called("delete_pod")) == 1:
+            self.fail("delete_pod", Unavailable("delete Pod", status=503))
+        super().delete_pod(namespace=namespace, name=name, uid=uid)
+
+
+def test_a_failure_midway_leaves_a_retry_to_delete_the_rest() -> None:
+    kube, target = admitted(kube=SecondDeleteFails())
+    with pytest.raises(ApplicationError) as info:
+        delete(kube, target)
+    assert info.value.type == "Unavailable" and not info.value.non_retryable
+    assert uid_of(kube, "llm-1-0") is None and uid_of(kube, "llm-1-1") == "uid-1"
+    result = delete(kube, target)
+    assert result == DeleteResult(already_gone=["llm-1-0"], deleted=["llm-1-1"], workload="none")
+    assert uid_of(kube, "llm-0-0") == "keep"
+
+
+# ---------------------------------------------------------------- settle
+
+
+def test_settle_verifies_once_the_pods_are_gone_and_the_capacity_released() -> None:
+    kube, target = admitted(workload="wl")
+    delete(kube, target)
+    beats: list[Any] = []
+    obs = settle(kube, target, heartbeats=beats)
+    assert obs.verdict is Verdict.VERIFIED and obs.polls == 1
+    assert obs.reason == "Pods gone, capacity released"
+    assert [b.verdict for b in beats] == [Verdict.VERIFIED]
+    assert {c.method for c in kube.calls} <= {
+        "read_pod",
+        "get_workload",
+        "delete_pod",
+        "delete_workload",
+    }
+
+
+def test_settle_holds_while_a_pod_terminates_then_verifies() -> None:
+    kube, target = admitted()
+    kube.remove_pod("llm-1-1")  # llm-1-0 is still there (terminating, say)
+    beats: list[Any] = []
+
+    def finished(n: int) -> None:
+        if n == 3:
+            kube.remove_pod("llm-1-0")
+
+    obs = settle(kube, target, heartbeats=beats, on_beat=finished)
+    assert obs.verdict is Verdict.VERIFIED and obs.polls == 4
+    assert beats[0].verdict is Verdict.UNKNOWN
+    assert beats[0].readings == {"llm-1-0": "still present"}
+    assert beats[0].reason == "waiting for llm-1-0"
+    assert kube.called("delete_pod") == []  # settling never deletes
+
+
+def test_settle_holds_until_its_deadline() -> None:
+    kube, target = admitted(workload="wl")
+    obs = settle(kube, target, seconds=0.1)
+    assert obs.verdict is Verdict.UNKNOWN and obs.polls >= 2
+    assert obs.readings == {
+        "llm-1-0": "still present",
+        "llm-1-1": "still present",
+        "workload": "still holds the capacity",
+    }
+    assert kube.called("delete_pod") == [] and kube.called("delete_workload") == []
+
+
+def test_settle_does_not_wait_for_a_replacement() -> None:
+    kube, target = admitted()
+    delete(kube, target)
+    kube.add_pod(member(0, uid="uid-new"))  # the operator created a new Pod of that name
+    obs = settle(kube, target)
+    assert obs.verdict is Verdict.VERIFIED
+    assert uid_of(kube, "llm-1-0") == "uid-new"
+
+
+def test_settle_holds_on_a_workload_that_still_holds_the_capacity() -> None:
+    kube, target = admitted(workload="wl")
+    kube.remove_pod("llm-1-0")
+    kube.remove_pod("llm-1-1")
+    obs = settle(kube, target, seconds=0.03)
+    assert obs.verdict is Verdict.UNKNOWN
+    assert obs.readings == {"workload": "still holds the capacity"}
+
+
+def test_settle_does_not_wait_for_a_workload_that_owns_other_pods() -> None:
+    kube, target = admitted(workload="wl")
+    kube.add_workload("wl", owners=[("Pod", "uid-0"), ("Pod", "keep")], uid="wl-uid")
+    kube.remove_pod("llm-1-0")
+    kube.remove_pod("llm-1-1")
+    assert settle(kube, target).verdict is Verdict.VERIFIED
+
+
+@pytest.mark.parametrize(
+    ("error", "shown"),
+    [
+        (Unavailable("read Pod", status=503), "read failed: 503"),
+        (Unavailable("read Pod", reason="TimeoutError"), "read failed: Unavailable"),
+        (Forbidden("read Pod", status=403), "read failed: 403"),
+    ],
+    ids=["503", "timeout", "forbidden"],
+)
+def test_a_failed_pod_read_is_unknown_not_gone(error: KubeError, shown: str) -> None:
+    kube, target = admitted()
+    kube.remove_pod("llm-1-0")
+    kube.remove_pod("llm-1-1")
+    kube.fail("read_pod", error, times=2)
+    beats: list[Any] = []
+    obs = settle(kube, target, heartbeats=beats)
+    assert [(b.verdict, b.reason) for b in beats[:2]] == [(Verdict.UNKNOWN, shown)] * 2
+    assert obs.verdict is Verdict.VERIFIED and obs.polls == 3
+
+
+def test_a_failed_workload_read_leaves_settle_as_a_retryable_error() -> None:
+    kube, target = admitted(workload="wl")
+    kube.remove_pod("llm-1-0")
+    kube.remove_pod("llm-1-1")
+    kube.fail("get_workload", Unavailable("read Workload", status=503))
+    with pytest.raises(ApplicationError) as info:
+        settle(kube, target)
+    assert info.value.type == "Unavailable" and not info.value.non_retryable
+    assert kube.called("delete_workload") == []

@@ -1,0 +1,305 @@
+"""``withdraw`` under ``ActivityEnvironment`` against the fake Kubernetes layer, on
+router-less deployments (routers are observed over HTTP, which
+``tests/offline/test_router_observers.py`` covers): ordinary Services must stop listing
+every target address, and then the router-less policy decides: ``hold`` never verifies,
+``quiet-window`` verifies once the measured members' work counters stood still for the
+window.  Each poll heartbeats ``WithdrawProgress``; a retried attempt carries the
+removals it asked for."""
+
+from __future__ import annotations
+
+from dataclasses import replace as dc_replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities import RetirementActivities
+from kube.api import ExecResult
+from kube.errors import Forbidden, KubeError, Unavailable
+from retirement.models import (
+    Admission,
+    AdmitInput,
+    Observation,
+    PhaseInput,
+    RetirementRequest,
+    RouterlessPolicy,
+    Target,
+    WithdrawProgress,
+)
+from retirement.names import LABEL_ELIGIBLE
+from retirement.phases import Verdict
+from tests.helpers import model_deployment
+from tests.helpers.fake_kube import FakeKube, member_pod, oneshot_stdout
+
+NS = "default"
+MD = "llm"
+IP = "198.18.1.11"
+QUIET = RouterlessPolicy.QUIET_WINDOW
+HOLD = RouterlessPolicy.HOLD
+READS = {"list_services", "list_endpoint_slices", "list_pods", "read_pod", "exec_pod"}
+
+
+def idle(counters: tuple[float, float] = (5, 7)) -> ExecResult:
+    return ExecResult(stdout=oneshot_stdout(counters=counters), exit_code=0)
+
+
+def single(**kw: Any) -> dict[str, Any]:
+    kw.setdefault("uid", "uid-1")
+    kw.setdefault("ip", IP)
+    return member_pod("llm-1", deployment=MD, ordinal=1, **kw)
+
+
+def admitted(router: str | None = None) -> tuple[FakeKube, Target]:
+    """Replica 1 of ``llm`` admitted, and disqualified (its label is off)."""
+    kube = FakeKube()
+    kube.add_deployment(model_deployment(MD, namespace=NS, router=router))
+    kube.add_pod(single())
+    kube.add_pod(member_pod("llm-0", deployment=MD, ordinal=0, uid="uid-0", ip="198.18.1.10"))
+    req = RetirementRequest(namespace=NS, deployment=MD, role="server", ordinal=1)
+    admission: Admission = ActivityEnvironment().run(
+        RetirementActivities(kube).admit, AdmitInput(request=req, workflow_id="wf")
+    )
+    assert admission.target is not None, admission.refusal
+    kube.set_label("llm-1", LABEL_ELIGIBLE, None)
+    kube.calls.clear()
+    return kube, admission.target
+
+
+def withdraw(
+    kube: FakeKube,
+    target: Target,
+    *,
+    policy: RouterlessPolicy = QUIET,
+    window: float = 0.03,
+    seconds: float = 5.0,
+    heartbeats: list[Any] | None = None,
+    on_beat: Any = None,
+    resume: list[Any] | None = None,
+) -> Observation:
+    env = ActivityEnvironment()
+    beats: list[Any] = [] if heartbeats is None else heartbeats
+
+    def beat(*details: Any) -> None:
+        beats.extend(details)
+        if on_beat is not None:
+            on_beat(len(beats))
+
+    env.on_heartbeat = beat
+    if resume is not None:
+        env.info = dc_replace(env.info, attempt=2, heartbeat_details=resume)
+    inp = PhaseInput(
+        target=target,
+        deadline=datetime.now(UTC) + timedelta(seconds=seconds),
+        poll_interval_s=0.01,
+        routerless_policy=policy,
+        quiet_window_s=window,
+    )
+    obs: Observation = env.run(RetirementActivities(kube).withdraw, inp)
+    return obs
+
+
+def assert_read_only(kube: FakeKube) -> None:
+    methods = {c.method for c in kube.calls}
+    assert methods <= READS, methods
+
+
+# ---------------------------------------------------------------- router-less: hold
+
+
+def test_the_hold_policy_never_verifies_and_reads_no_member() -> None:
+    kube, target = admitted()
+    beats: list[Any] = []
+    obs = withdraw(kube, target, policy=HOLD, seconds=0.3, heartbeats=beats)
+    assert obs.verdict is Verdict.UNKNOWN
+    assert obs.reason == (
+        "router-less: nothing reports that client connections went quiet (policy hold)"
+    )
+    assert obs.polls >= 2 and len(beats) == obs.polls
+    assert all(isinstance(b, WithdrawProgress) for b in beats)
+    assert [b.polls for b in beats] == list(range(1, obs.polls + 1))
+    assert beats[-1].last == obs
+    assert kube.called("exec_pod") == []
+    assert_read_only(kube)
+
+
+# ---------------------------------------------------------------- router-less: quiet window
+
+
+def test_the_quiet_window_verifies_once_the_counters_stood_still_for_it() -> None:
+    kube, target = admitted()
+    kube.script_exec("llm-1", idle())
+    beats: list[Any] = []
+    obs = withdraw(kube, target, window=0.03, heartbeats=beats)
+    assert obs.verdict is Verdict.VERIFIED
+    assert obs.reason == "no Service lists and no router selects a target"
+    assert obs.readings["routers"].startswith("router-less: counters quiet for")
+    assert beats[0].last.readings["routers"] == "router-less: quiet window started"
+    assert obs.polls >= 2
+    assert {c.args["name"] for c in kube.called("exec_pod")} == {"llm-1"}
+    assert_read_only(kube)
+
+
+def test_moving_counters_restart_the_quiet_window() -> None:
+    kube, target = admitted()
+    moved = iter(range(1000))
+    kube.script_exec("llm-1", lambda argv: idle((next(moved), 0)))
+    beats: list[Any] = []
+    obs = withdraw(kube, target, window=0.01, seconds=0.1, heartbeats=beats)
+    assert obs.verdict is Verdict.UNKNOWN
+    assert {b.last.readings["routers"] for b in beats} == {"router-less: quiet window started"}
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (ExecResult(error="exec failed: ApiException"), "exec failed: ApiException"),
+        (ExecResult(stdout="#error\tGET failed: URLError\n"), "read failed: GET failed"),
+    ],
+    ids=["exec-error", "oneshot-error"],
+)
+def test_a_read_that_fails_holds_the_quiet_window(answer: ExecResult, reason: str) -> None:
+    kube, target = admitted()
+    kube.script_exec("llm-1", answer)
+    obs = withdraw(kube, target, window=0.01, seconds=0.05)
+    assert obs.verdict is Verdict.UNKNOWN
+    assert obs.reason.startswith(f"router-less: llm-1 {reason}")
+
+
+@pytest.mark.parametrize("how", ["replaced", "gone"])
+def test_a_lost_member_holds_the_quiet_window_and_is_not_read(how: str) -> None:
+    kube, target = admitted()
+    kube.script_exec("llm-1", idle())
+    if how == "replaced":
+        kube.add_pod(single(uid="uid-new"))
+        reason = "router-less: member llm-1 was replaced (UID uid-new)"
+    else:
+        kube.remove_pod("llm-1")
+        reason = "router-less: member llm-1 is gone"
+    obs = withdraw(kube, target, window=0.01, seconds=0.05)
+    assert obs.verdict is Verdict.UNKNOWN
+    assert obs.reason == reason
+    assert kube.called("exec_pod") == []
+
+
+def test_an_unavailable_pod_read_holds_the_quiet_window() -> None:
+    kube, target = admitted()
+    kube.script_exec("llm-1", idle())
+    kube.fail("read_pod", Unavailable("read Pod", status=503), times=1000)
+    obs = withdraw(kube, target, window=0.01, seconds=0.05)
+    assert obs.verdict is Verdict.UNKNOWN
+    assert obs.reason == "router-less: llm-1 read Pod failed: HTTP 503"
+
+
+# ---------------------------------------------------------------- Services
+
+
+def test_an_ordinary_service_listing_the_target_holds_until_it_stops() -> None:
+    kube, target = admitted()
+    kube.script_exec("llm-1", idle())
+    kube.add_service("llm", selector={"app.kubernetes.io/instance": MD, LABEL_ELIGIBLE: "true"})
+    kube.set_endpoints("llm", ["198.18.1.10", IP])
+    beats: list[Any] = []
+
+    def endpoints_catch_up(n: int) -> None:
+        if n == 3:
+            kube.set_endpoints("llm", ["198.18.1.10"])
+
+    obs = withdraw(kube, target, heartbeats=beats, on_beat=endpoints_catch_up)
+    assert obs.verdict is Verdict.VERIFIED
+    assert obs.polls >= 4
+    first = beats[0].last
+    assert first.verdict is Verdict.UNKNOWN
+    assert first.readings["service/llm"] == f"still lists {IP}"
+    assert f"service llm lists {IP}" in first.reason
+    assert "service/llm" not in obs.readings
+
+
+@pytest.mark.parametrize(
+    ("selector", "headless"),
+    [
+        ({"app.kubernetes.io/instance": MD}, True),  # a per-replica headless Service
+        ({"app.kubernetes.io/instance": "other"}, False),  # selects no member
+        ({}, False),  # no selector: endpoints managed by hand, not a selecting Service
+    ],
+    ids=["headless", "other-deployment", "no-selector"],
+)
+def test_a_service_that_does_not_select_as_admitted_is_not_waited_for(
+    selector: dict[str, str], headless: bool
+) -> None:
+    kube, target = admitted()
+    kube.script_exec("llm-1", idle())
+    kube.add_service("svc", selector=selector, headless=headless)
+    kube.set_endpoints("svc", [IP])
+    obs = withdraw(kube, target)
+    assert obs.verdict is Verdict.VERIFIED
+    assert "service/svc" not in obs.readings
+
+
+def test_a_declared_router_without_a_router_pod_holds() -> None:
+    kube, target = admitted(router="sglang-gateway")
+    obs = withdraw(kube, target, seconds=0.03)
+    assert obs.verdict is Verdict.UNKNOWN
+    assert obs.reason == "router sglang-gateway declared but no router Pod found"
+    assert kube.called("exec_pod") == []
+
+
+# ---------------------------------------------------------------- resumed attempts
+
+
+def test_a_retried_withdrawal_carries_the_removals_it_asked_for() -> None:
+    kube, target = admitted()
+    kube.script_exec("llm-1", idle())
+    earlier = WithdrawProgress(
+        polls=4,
+        removal_requested=["uid-router|http://198.18.1.11:8000"],
+        last=Observation(verdict=Verdict.UNKNOWN, reason="still selects"),
+    )
+    converter = pydantic_data_converter.payload_converter
+    [decoded] = converter.from_payloads(converter.to_payloads([earlier]))
+    assert isinstance(decoded, dict)  # what a retried attempt really gets
+    beats: list[Any] = []
+    obs = withdraw(kube, target, heartbeats=beats, resume=[decoded])
+    assert obs.verdict is Verdict.VERIFIED
+    assert all(b.removal_requested == ["uid-router|http://198.18.1.11:8000"] for b in beats)
+
+
+@pytest.mark.parametrize("details", [[None], ["garbage"], [{"polls": "x"}]])
+def test_unreadable_withdrawal_details_start_afresh(details: list[Any]) -> None:
+    kube, target = admitted()
+    kube.script_exec("llm-1", idle())
+    beats: list[Any] = []
+    obs = withdraw(kube, target, heartbeats=beats, resume=details)
+    assert obs.verdict is Verdict.VERIFIED
+    assert beats[0].removal_requested == [] and beats[0].polls == 1
+
+
+# ---------------------------------------------------------------- Kubernetes errors
+
+
+@pytest.mark.parametrize(
+    ("method", "error"),
+    [
+        ("list_services", Unavailable("list Services", status=503)),
+        ("list_services", Forbidden("list Services", status=403)),
+        ("list_endpoint_slices", Unavailable("list EndpointSlices", reason="TimeoutError")),
+        ("list_pods", Forbidden("list Pods", status=403)),
+    ],
+    ids=["services-unavailable", "services-forbidden", "slices-unavailable", "pods-forbidden"],
+)
+def test_a_failed_list_leaves_withdraw_as_its_application_error(
+    method: str, error: KubeError
+) -> None:
+    kube, target = admitted()
+    kube.script_exec("llm-1", idle())
+    kube.add_service("llm", selector={"app.kubernetes.io/instance": MD})
+    kube.set_endpoints("llm", [IP])
+    kube.fail(method, error)
+    with pytest.raises(ApplicationError) as info:
+        withdraw(kube, target)
+    assert info.value.type == type(error).__name__
+    assert info.value.non_retryable is not error.retryable
+    assert_read_only(kube)
