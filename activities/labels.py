@@ -5,6 +5,9 @@ label is read again, never overwritten blindly."""
 
 from __future__ import annotations
 
+from temporalio.exceptions import CancelledError
+
+from activities.polling import cancel_seen
 from activities.probes import identity_probe, probes_supported
 from kube.api import KubeApi
 from kube.members import LabelChange, MemberGone, read_member, set_eligibility
@@ -30,6 +33,8 @@ def _take_label_off(api: KubeApi, target: Target, m: MemberTarget) -> Observatio
         current = pod.labels.get(LABEL_ELIGIBLE)
         if current is None:
             return "label already absent"
+        if cancel_seen():
+            raise CancelledError("cancelled before removing the label")
         change = set_eligibility(
             api, namespace=target.namespace, name=m.pod, uid=m.uid, current=current, eligible=False
         )

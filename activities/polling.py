@@ -43,6 +43,17 @@ def poll_until(
             raise CancelledError("cancelled while polling")
 
 
+def cancel_seen() -> bool:
+    """Heartbeat (so a cancel can reach a running activity) and say whether one has; False
+    outside an activity.  Checked before every change to the world: once the workflow has
+    asked an activity to stop, it must not remove a label or a router worker the restore
+    is about to put back."""
+    if not activity.in_activity():
+        return False
+    activity.heartbeat()
+    return activity.is_cancelled()
+
+
 def resumed(kind: type[Any]) -> Any | None:
     """The last heartbeat details of a previous attempt of this activity, as ``kind``."""
     raw = activity.info().heartbeat_details

@@ -6,9 +6,10 @@ from __future__ import annotations
 import time
 
 import httpx
+from temporalio.exceptions import CancelledError
 
 from activities.drain import Replaced, read_member
-from activities.polling import poll_until, resumed
+from activities.polling import cancel_seen, poll_until, resumed
 from activities.routers import observer_for
 from kube.api import KubeApi
 from kube.objects import Pod
@@ -105,6 +106,8 @@ def withdraw(api: KubeApi, inp: PhaseInput) -> Observation:
                 readings[name] = f"still selects {', '.join(still)}"
                 pending.append(readings[name])
                 for url in still:  # ask actively; the next poll verifies
+                    if cancel_seen():
+                        raise CancelledError("cancelled before asking a router to remove")
                     key = f"{pod.uid}|{url}"
                     obs.remove(http, base, url, view.workers[url])
                     requested.add(key)

@@ -3,8 +3,9 @@ and report what happened as an event for ``retirement.protocol.decide``.
 
 Rules of execution, not of the protocol:
 - a step that may be interrupted (an abortable phase, admission, a rerun timer) watches
-  ``interrupted(state)``; when it turns true the running activity is cancelled
-  (``TRY_CANCEL``: waiting for it to stop before the restore is the safety issue's work);
+  ``interrupted(state)``; when it turns true the running activity is cancelled, and a
+  phase activity is waited for until it has stopped (``WAIT_CANCELLATION_COMPLETED``), so
+  nothing it does can land after the restore; admission only reads (``TRY_CANCEL``);
 - a workflow cancellation is reported to the protocol (``on_cancel``) and the step goes
   on: an abortable step then sees ``interrupted`` and stops; any other step (the deletes,
   settling, the restore) finishes first;
@@ -20,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.workflow import ActivityCancellationType
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -128,6 +130,9 @@ class Steps:
             heartbeat_timeout=HEARTBEAT,
             retry_policy=SHORT,
             summary=SUMMARY[phase],
+            # A cancelled phase activity is waited for: one still running could remove a
+            # label or a router worker after the restore put it back.
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
         done = await self._until_done(handle, interruptible=abortable(phase),
                                       timeout=remaining + GRACE)

@@ -25,7 +25,7 @@ from retirement.models import (
 )
 from retirement.phases import Verdict
 
-Behaviour = Literal["verified", "hang", "failed", "unknown"]
+Behaviour = Literal["verified", "hang", "failed", "unknown", "stubborn"]
 
 
 def make_target(req_ns: str = "ns", dep: str = "md", role: str = "server",
@@ -67,6 +67,10 @@ class FakeWorld:
             return Observation(verdict=Verdict.FAILED, reason=f"{name} definite fault")
         if mode == "unknown":
             return Observation(verdict=Verdict.UNKNOWN, reason=f"{name} budget exhausted")
+        if mode == "stubborn":  # a synchronous step that never heartbeats: deaf to a cancel
+            await asyncio.shield(asyncio.sleep(1.5))
+            self.calls.append(f"{name} ended")
+            return Observation(verdict=Verdict.VERIFIED, reason=f"{name} ok")
         while True:  # hang until cancelled, heartbeating like the real pollers
             activity.heartbeat()
             await asyncio.sleep(0.05)

@@ -16,7 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from cli.main import main as retire_cli
-from retirement.models import RetirementRequest, RetirementState, workflow_id_for
+from retirement.models import AbortRequest, RetirementRequest, RetirementState, workflow_id_for
 from retirement.phases import Outcome, Phase
 from testbed.paths import venv_bin
 from tests.helpers import eventually_async
@@ -190,3 +190,30 @@ async def test_cancellation_racing_admission_ends_cancelled_with_nothing_touched
         assert st.outcome is Outcome.CANCELLED, st
         assert st.deleted is None
     assert "delete" not in world.calls
+
+
+@pytest.mark.parametrize("how", ["abort", "cancel"])
+async def test_restore_waits_for_a_cancelled_phase_activity_to_stop(
+    running: tuple[Client, FakeWorld, str], how: str
+) -> None:
+    """A phase activity that cannot hear the cancel (disqualify never heartbeats) goes on
+    removing labels for a while: the restore must start only after it has stopped, or the
+    label it removes last stays off a replica that is meant to be serving."""
+    client, world, queue = running
+    world.behaviour["disqualify"] = "stubborn"
+    handle = await start(client, queue)
+    await asyncio.wait_for(world.started_event("disqualify").wait(), 10)
+    if how == "abort":
+        await handle.signal("abort", AbortRequest(reason="oncall"))
+        st = await until(handle, Phase.ABORTED, Outcome.ABORTED)
+    else:
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        st = await handle.query(RetirementWorkflow.state)
+    calls = world.calls
+    assert "restore" in calls and "disqualify ended" in calls, calls
+    assert calls.index("disqualify ended") < calls.index("restore"), calls
+    assert st.restored is not None
+    if how == "abort":
+        await handle.cancel()
