@@ -21,8 +21,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.workflow import ActivityCancellationType
 from temporalio.exceptions import ActivityError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities import RetirementActivities
