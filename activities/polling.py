@@ -3,6 +3,7 @@ the progress, stop on a verdict, at the deadline, or when cancelled."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -38,9 +39,27 @@ def poll_until(
         left = seconds_left(deadline)
         if left <= 0:
             return obs
-        activity.wait_for_cancelled_sync(min(interval, left))
+        wait_heartbeating(min(interval, left), details(obs))
+
+
+#: The longest stretch a polling activity goes without a heartbeat while it waits.
+HEARTBEAT_EVERY_S = 1.0
+
+
+def wait_heartbeating(seconds: float, details: Any) -> None:
+    """Wait ``seconds``, heartbeating at least every ``HEARTBEAT_EVERY_S`` (so a cancel can
+    reach the activity and a long poll interval never trips the heartbeat timeout).
+    Cancellation raises."""
+    end = time.monotonic() + seconds
+    while True:
+        left = end - time.monotonic()
+        if left > 0:
+            activity.wait_for_cancelled_sync(min(left, HEARTBEAT_EVERY_S))
         if activity.is_cancelled():
             raise CancelledError("cancelled while polling")
+        if left <= 0:
+            return
+        activity.heartbeat(details)
 
 
 def cancel_seen() -> bool:

@@ -64,6 +64,8 @@ class RetirementRequest(_Model):
     attempt: int = Field(default=1, ge=1)
     last_consumed_retry_token: str | None = None
     history: list[AttemptRecord] = Field(default_factory=list)
+    #: Carried across continue-as-new of a long hold: the held state, resumed as it was.
+    resume: RetirementState | None = None
 
 
 class MemberTarget(_Model):
@@ -135,6 +137,10 @@ class PhaseInput(_Model):
     poll_interval_s: float = 1.0
     routerless_policy: RouterlessPolicy = RouterlessPolicy.HOLD
     quiet_window_s: float = 10.0
+    #: The restore: the router removals withdrawal asked for (``Observation.router_removals``),
+    #: so the very worker URL removed is the one added back.  Only a hint: the restore is
+    #: level-based and re-adds whatever a router is missing, recorded or not.
+    router_removals: list[str] = Field(default_factory=list)
 
 
 class Observation(_Model):
@@ -144,6 +150,9 @@ class Observation(_Model):
     reason: str = ""
     readings: dict[str, str] = Field(default_factory=dict)
     polls: int = 0
+    #: Withdrawal: every router removal asked for so far in this phase, as
+    #: ``<router Pod UID>|<worker URL>`` (carried across retried attempts).
+    router_removals: list[str] = Field(default_factory=list)
 
 
 class WithdrawProgress(_Model):
@@ -176,6 +185,8 @@ class RestoreResult(_Model):
     restored: list[str] = Field(default_factory=list)
     held: dict[str, str] = Field(default_factory=dict)
     failed: dict[str, str] = Field(default_factory=dict)
+    #: Every add-worker call the restore made, as ``<router Pod name>|<worker URL>``.
+    router_adds: list[str] = Field(default_factory=list)
 
 
 class PublishInput(_Model):
@@ -278,6 +289,11 @@ class RetirementState(Progress):
         )
         return self.model_copy(update={"history": [*earlier, record]})
 
+    def carried_request(self) -> RetirementRequest:
+        """The input of the same attempt's next run (continue-as-new of a long hold)."""
+        bare = self.request.model_copy(update={"resume": None})
+        return bare.model_copy(update={"resume": self.model_copy(update={"request": bare})})
+
     def next_request(self) -> RetirementRequest:
         """The input of the next attempt (continue-as-new), consuming the retry token."""
         return self.request.model_copy(
@@ -285,8 +301,12 @@ class RetirementState(Progress):
                 "attempt": self.attempt + 1,
                 "last_consumed_retry_token": self.retry_token,
                 "history": list(self.history),
+                "resume": None,
             }
         )
+
+
+RetirementRequest.model_rebuild()  # ``resume`` names RetirementState, defined after it
 
 
 def workflow_id_for(*, namespace: str, deployment: str) -> str:

@@ -27,6 +27,17 @@ from retirement.retry import RetryDecision, decide_retry
 #: clock differs from the workflow's, or its worker restarted).
 RERUN_DELAY = timedelta(seconds=5)
 
+#: While held, members the restore could not yet put back are evaluated again: first after
+#: RECHECK_FIRST, then twice as long each time, never more than RECHECK_MAX apart.
+RECHECK_FIRST = timedelta(seconds=5)
+RECHECK_MAX = timedelta(minutes=5)
+
+
+def recheck_delay(rounds: int) -> timedelta:
+    """How long a hold waits before evaluating held members again after ``rounds``."""
+    return min(RECHECK_MAX, RECHECK_FIRST * (1 << min(max(rounds, 0), 10)))
+
+
 #: How each phase's activity is named in reasons a person reads.
 WHAT: dict[Phase, str] = {
     Phase.DISQUALIFIED: "disqualify",
@@ -63,6 +74,11 @@ class Progress(BaseModel):
     last_consumed_retry_token: str | None = None
     retry_token: str | None = None  # accepted while held: the next attempt's token
     furthest_phase: Phase = Phase.ADMITTED
+    #: Members the restore has not yet put back in service, with why (re-evaluated while
+    #: held, at ``recheck_at``), and how many restore rounds ran in this hold.
+    unrestored: dict[str, str] = Field(default_factory=dict)
+    recheck_at: datetime | None = None
+    restore_rounds: int = 0
     reasons: list[str] = Field(default_factory=list)
     phase_timeline: list[tuple[Phase, datetime]] = Field(default_factory=list)
 
@@ -122,18 +138,22 @@ class Deleted:
 
 @dataclass(frozen=True)
 class Restored:
-    """The abort's restore ended."""
+    """The abort's restore ended; ``held`` names the members it could not yet put back
+    (not yet Ready, probe not answered, a router not selecting them yet) and why."""
 
     at: datetime
     reason: str = ""
+    held: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
 class Woke:
     """A wait ended: its timer fired, or the state changed (an abort, a cancel-intent, a
-    retry token), or the running activity was cancelled because of such a change."""
+    retry token), or the running activity was cancelled because of such a change.
+    ``history_long``: Temporal suggests continuing as new (a long hold)."""
 
     at: datetime
+    history_long: bool = False
 
 
 @dataclass(frozen=True)
@@ -219,7 +239,16 @@ class Restore:
 
 @dataclass(frozen=True)
 class Hold:
-    """Held after an abort: wait, without a timer, until ``hold_ends(progress)``."""
+    """Held after an abort: wait until ``hold_ends(progress)``, or until ``recheck_at``
+    when members are still to be put back (then report ``Woke``); no timer otherwise."""
+
+    recheck_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class CarryOn:
+    """Continue as new with the held state as it is (same attempt, no new admission), so
+    a long hold's history stays bounded."""
 
 
 @dataclass(frozen=True)
@@ -237,7 +266,7 @@ class StartAttempt:
     token: str
 
 
-Action = Admit | RunPhase | WaitUntil | Delete | Restore | Hold | Finish | StartAttempt
+Action = Admit | RunPhase | WaitUntil | Delete | Restore | Hold | CarryOn | Finish | StartAttempt
 
 
 @dataclass(frozen=True)
@@ -474,9 +503,16 @@ def _deleted(p: P, e: Deleted, budgets: Budgets) -> Decision:
 def _restored(p: P, e: Restored) -> Decision:
     if not p.restoring:
         return Decision(progress=p, accepted=False, reply="no restore under way")
-    q = p.model_copy(update={"restoring": False})
+    unrestored = dict(e.held)
+    q = p.model_copy(update={"restoring": False, "unrestored": unrestored,
+                             "restore_rounds": p.restore_rounds + 1})
     if e.reason:
         q = _note(q, e.reason)
+    if unrestored and unrestored != p.unrestored:  # noted once per change, not per round
+        q = _note(q, "not yet back in service: "
+                  + "; ".join(f"{k}: {v}" for k, v in sorted(unrestored.items())))
+    elif p.unrestored and not unrestored:
+        q = _note(q, "every member that qualifies is back in service")
     if q.cancelled:
         return Decision(progress=q.model_copy(update={"outcome": Outcome.CANCELLED}),
                         action=Finish(Outcome.CANCELLED))
@@ -486,14 +522,32 @@ def _restored(p: P, e: Restored) -> Decision:
     q = q.model_copy(update={"outcome": Outcome.ABORTED})
     if hold_ends(q):  # a retry token that arrived during the restore
         return _hold_ended(q)
-    return Decision(progress=q, action=Hold())
+    return _hold(q, e.at)
+
+
+def _hold(p: P, at: datetime) -> Decision:
+    """Hold; with members still to put back, evaluate them again after a backoff."""
+    if not p.unrestored:
+        return Decision(progress=p.model_copy(update={"recheck_at": None}), action=Hold())
+    when = p.recheck_at
+    if when is None or when <= at:
+        when = at + recheck_delay(p.restore_rounds - 1)
+    return Decision(progress=p.model_copy(update={"recheck_at": when}),
+                    action=Hold(recheck_at=when))
 
 
 def _woke(p: P, e: Woke, budgets: Budgets) -> Decision:
     if not p.admitted and p.deadline is None and not p.restoring and _interruption(p):
         return _restore(p, _interruption(p), e.at, budgets)  # admission was interrupted
-    if held(p):
-        return _hold_ended(p) if hold_ends(p) else Decision(progress=p, action=Hold())
+    if held(p) and not p.restoring:
+        if hold_ends(p):
+            return _hold_ended(p)
+        if e.history_long:
+            return Decision(progress=p, action=CarryOn())
+        if p.unrestored and p.recheck_at is not None and e.at >= p.recheck_at:
+            q = p.model_copy(update={"restoring": True, "recheck_at": None})
+            return Decision(progress=q, action=Restore("evaluate held members again"))
+        return _hold(p, e.at)
     if _ended(p) or p.restoring or p.phase not in WHAT:
         return Decision(progress=p, accepted=False, reply="nothing is waiting")
     if p.phase is Phase.SETTLING:

@@ -13,6 +13,7 @@ from temporalio.worker import Worker
 
 from activities import RetirementActivities
 from kube.client import Kube
+from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow
 
 
@@ -27,4 +28,5 @@ def build_worker(
         activities=RetirementActivities(kube).all(),
         activity_executor=executor,
         max_concurrent_activities=executor._max_workers,
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     )

@@ -78,12 +78,14 @@ def snapshot(
 class Mirror:
     """Upserts search attributes and publishes snapshots in order, in the background."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, already: RetirementState | None = None) -> None:
+        """``already``: a state an earlier run of this workflow mirrored (carried on)."""
         self._queue: list[PublishInput] = []
         self._task: asyncio.Task[None] | None = None
         self._upserted: tuple[Phase, Outcome] | None = None
-        self._published = 0  # timeline entries already queued
-        self._outcome = Outcome.RUNNING
+        self._published = len(already.phase_timeline) if already else 0  # entries queued
+        self._outcome = already.outcome if already else Outcome.RUNNING
+        self._reason = already.reason if already else ""
         self.failures: list[str] = []
 
     def show(self, s: RetirementState, *, clear: bool = False) -> None:
@@ -102,12 +104,15 @@ class Mirror:
             last = i == len(entries) - 1
             self._queue.append(snapshot(s, phase=phase, at=at, clear=clear and last,
                                         outcome=s.outcome if last else Outcome.RUNNING))
-        if not entries and (clear or s.outcome is not self._outcome):
+        # While held, what is still not back in service changes the reason: show it.
+        news = s.outcome is Outcome.ABORTED and not s.restoring and s.reason != self._reason
+        if not entries and (clear or s.outcome is not self._outcome or news):
             when = s.phase_started_at or s.started_at
             if when is not None:
                 self._queue.append(snapshot(s, phase=s.phase, at=when, outcome=s.outcome,
                                             clear=clear))
         self._outcome = s.outcome
+        self._reason = s.reason
         if self._queue and (self._task is None or self._task.done()):
             self._task = asyncio.create_task(self._work())
 

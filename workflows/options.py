@@ -10,7 +10,13 @@ from temporalio.common import RetryPolicy
 NON_RETRYABLE = ["NotFound", "Conflict", "Invalid", "Forbidden", "BadInput"]
 #: Slack between an activity's own deadline and the workflow's timeout of it.
 GRACE = timedelta(seconds=15)
+#: Heartbeat timeout of the polling activities (one request may take the Kubernetes
+#: layer's 10 s timeout, so no shorter).
 HEARTBEAT = timedelta(seconds=10)
+#: How often a worker sends heartbeats at most (the SDK would wait 0.8 x HEARTBEAT).  A
+#: cancel reaches a running activity only on a heartbeat's answer, so this bounds how long
+#: an abort waits for the phase activity to stop before the restore begins.
+HEARTBEAT_THROTTLE = timedelta(seconds=2)
 ADMIT_TIMEOUT = timedelta(seconds=30)
 DELETE_TIMEOUT = timedelta(seconds=60)
 DELETE_SCHEDULE_TIMEOUT = timedelta(minutes=30)

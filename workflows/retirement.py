@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         Action,
         Admit,
         Cancelled,
+        CarryOn,
         Decision,
         Delete,
         Event,
@@ -46,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         StartAttempt,
         Started,
         WaitUntil,
+        Woke,
         abort_refusal,
         decide,
     )
@@ -61,9 +63,13 @@ class RetirementWorkflow:
 
     @workflow.init
     def __init__(self, request: RetirementRequest) -> None:
-        self._s = RetirementState.begin(workflow_id=workflow.info().workflow_id,
-                                        request=request)
-        self._mirror = Mirror()
+        if request.resume is not None:  # a long hold, continued as new
+            self._s = request.resume.model_copy(
+                update={"request": request.model_copy(update={"resume": None})})
+        else:
+            self._s = RetirementState.begin(workflow_id=workflow.info().workflow_id,
+                                            request=request)
+        self._mirror = Mirror(already=self._s if request.resume is not None else None)
         self._steps = Steps(state=lambda: self._s, update=self._update,
                             on_cancel=self._on_cancel)
 
@@ -111,7 +117,9 @@ class RetirementWorkflow:
     @workflow.run
     async def run(self, request: RetirementRequest) -> RetirementState:
         """Carry out what the protocol decides until it says finish or start afresh."""
-        action = self._apply(Started(at=workflow.now())).action
+        resumed = request.resume is not None
+        action = self._apply(Woke(at=workflow.now()) if resumed
+                             else Started(at=workflow.now())).action
         while True:
             if isinstance(action, Finish):
                 return await self._finish(action)
@@ -119,6 +127,9 @@ class RetirementWorkflow:
                 self._s = self._s.recorded(ended_at=workflow.now())
                 await self._mirror.flush()
                 workflow.continue_as_new(self._s.next_request())
+            if isinstance(action, CarryOn):
+                await self._mirror.flush()
+                workflow.continue_as_new(self._s.carried_request())
             assert action is not None, "the protocol always says what to do next"
             event = await self._carry_out(action)
             action = self._apply(event).action
@@ -136,7 +147,7 @@ class RetirementWorkflow:
             return await self._steps.restore()
         assert isinstance(action, Hold), action
         self._s = self._s.recorded(ended_at=workflow.now())
-        return await self._steps.hold()
+        return await self._steps.hold(action.recheck_at)
 
     async def _finish(self, action: Finish) -> RetirementState:
         self._s = self._s.recorded(ended_at=workflow.now())

@@ -202,18 +202,29 @@ class Steps:
             restored: RestoreResult = handle.result()
         except ActivityError as e:
             self._update(restored=RestoreResult(failed={"*": str(e.cause or e)}))
-            return Restored(at=workflow.now(), reason=f"restore failed: {e.cause or e}")
+            # Nothing is known of any member: every one it should restore stays to do.
+            todo = {m.pod: "restore failed" for m in s.target.members
+                    if m.eligible_at_admission or m.measured}
+            return Restored(at=workflow.now(), reason=f"restore failed: {e.cause or e}",
+                            held=tuple(sorted(todo.items())))
         self._update(restored=restored)
-        return Restored(at=workflow.now())
+        return Restored(at=workflow.now(), held=tuple(sorted(restored.held.items())))
 
-    async def hold(self) -> Event:
-        """Held: no timer, so history does not grow however long the hold lasts."""
+    async def hold(self, recheck_at: datetime | None) -> Event:
+        """Held until something ends the hold, or until ``recheck_at`` (members still to
+        put back); with nothing to recheck there is no timer at all."""
         while True:
+            timeout = None if recheck_at is None else max(
+                recheck_at - workflow.now(), timedelta(0))
             try:
-                await workflow.wait_condition(lambda: hold_ends(self._state()))
-                return Woke(at=workflow.now())
+                await workflow.wait_condition(lambda: hold_ends(self._state()), timeout=timeout)
             except asyncio.CancelledError:
                 self._on_cancel()
+                continue
+            except TimeoutError:
+                pass
+            return Woke(at=workflow.now(),
+                        history_long=workflow.info().is_continue_as_new_suggested())
 
     # ------------------------------------------------------------------ helpers
 

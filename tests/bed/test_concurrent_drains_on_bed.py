@@ -27,7 +27,7 @@ from retirement.names import LABEL_ELIGIBLE
 from retirement.phases import Outcome, Phase
 from testbed.bed import Bed
 from tests.bed.conftest import create_md
-from tests.bed.test_retirement_on_bed import Ctx, pods_of, retire_routerless, scale
+from tests.bed.test_retirement_on_bed import Ctx, pods_of, retire_routerless, scale, until
 from tests.helpers import eventually_in_thread, model_deployment
 from worker.build import build_worker
 from worker.config import parser
@@ -83,7 +83,9 @@ async def test_many_drains_at_once_on_one_worker_all_complete(fleet: Ctx) -> Non
         ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [2, 0]})
     for name in names:  # the spec no longer declares ordinal 1
         scale(ctx, name, 1)
-    budgets = Budgets(overall_s=150, withdrawal_s=40, drain_s=90, settle_s=40,
+    # Generous budgets: this proves correctness under concurrency on a 2-core bed, not
+    # speed (the fleet benchmark measures that).
+    budgets = Budgets(overall_s=300, withdrawal_s=60, drain_s=200, settle_s=60,
                       poll_interval_s=1.0)
     handles = await asyncio.gather(*(
         retire_routerless(ctx, n, budgets=budgets, quiet_s=0.5) for n in names))
@@ -92,9 +94,13 @@ async def test_many_drains_at_once_on_one_worker_all_complete(fleet: Ctx) -> Non
     for pod in victims.values():
         hub = op.hub_pod(pod.metadata.uid)
         ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"clear": True})
-    results: list[RetirementState] = await asyncio.gather(
-        *(asyncio.wait_for(h.result(), 240) for h in handles))
+    # Each ends (completed) or holds (aborted: its result never comes): wait for either.
+    results: list[RetirementState] = await asyncio.gather(*(
+        until(h, lambda st: st.outcome is not Outcome.RUNNING, timeout=400) for h in handles))
 
+    for h, st in zip(handles, results, strict=True):
+        if st.outcome is Outcome.ABORTED:
+            await h.cancel()  # held: end it (its replica was restored)
     outcomes = {n: st.outcome for n, st in zip(names, results, strict=True)}
     assert all(o is Outcome.COMPLETED for o in outcomes.values()), {
         n: (st.outcome, st.reasons[-3:]) for n, st in zip(names, results, strict=True)

@@ -15,13 +15,17 @@ from hypothesis import strategies as st
 from retirement.budgets import Budgets
 from retirement.phases import ORDER, Outcome, Phase, Verdict, abortable
 from retirement.protocol import (
+    RECHECK_MAX,
     AbortRequested,
     Admitted,
     Answered,
     Cancelled,
+    CarryOn,
     Delete,
     Deleted,
     Event,
+    Finish,
+    Hold,
     IntentCancelled,
     Progress,
     Refused,
@@ -33,6 +37,8 @@ from retirement.protocol import (
     Started,
     Woke,
     decide,
+    held,
+    recheck_delay,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -47,7 +53,9 @@ def _event(kind: str, at: datetime, phase: Phase, verdict: Verdict, token: str) 
         "answered": Answered(at=at, phase=phase, verdict=verdict, reason="r"),
         "deleted": Deleted(at=at),
         "restored": Restored(at=at),
+        "restored-held": Restored(at=at, held=(("p-1", "PodReady is Unknown"),)),
         "woke": Woke(at=at),
+        "woke-long": Woke(at=at, history_long=True),
         "abort": AbortRequested(at=at, reason="stop"),
         "intent": IntentCancelled(at=at, reason="gone"),
         "cancel": Cancelled(at=at),
@@ -59,8 +67,8 @@ def _event(kind: str, at: datetime, phase: Phase, verdict: Verdict, token: str) 
 steps = st.lists(
     st.tuples(
         st.sampled_from(["admitted", "refused", "answered", "answered", "answered",
-                         "deleted", "restored", "woke", "abort", "intent", "cancel",
-                         "retry"]),
+                         "deleted", "restored", "restored-held", "woke", "woke-long",
+                         "abort", "intent", "cancel", "retry"]),
         st.floats(min_value=0, max_value=200),
         st.sampled_from(PHASES),
         st.sampled_from(list(Verdict)),
@@ -108,6 +116,15 @@ def test_invariants_hold_over_arbitrary_event_sequences(
                 and abortable(before.phase) and before.outcome is Outcome.RUNNING
                 and not before.restoring):
             assert p.phase is Phase.ABORTED and isinstance(d.action, Restore)
+        # While held, only a restore, a hold, carrying on, or what ends the hold.
+        if held(before) and not before.restoring:
+            assert d.action is None or isinstance(
+                d.action, Restore | Hold | CarryOn | Finish | StartAttempt)
+            if isinstance(d.action, Restore):
+                assert before.unrestored and p.outcome is Outcome.ABORTED
+        if isinstance(d.action, Hold) and d.action.recheck_at is not None:
+            assert p.unrestored and d.action.recheck_at > e.at
+            assert d.action.recheck_at - e.at <= RECHECK_MAX
         # No abort after the point of no return.
         if before.phase in (Phase.DELETING, Phase.SETTLING, Phase.COMPLETED):
             assert p.phase is not Phase.ABORTED
@@ -149,3 +166,28 @@ def test_unknown_at_the_phase_deadline_aborts_and_restores() -> None:
     assert isinstance(d.action, Restore) and d.progress.phase is Phase.ABORTED
     d = decide(d.progress, Restored(at=late), budgets=BUDGETS)
     assert d.progress.outcome is Outcome.ABORTED
+
+
+def test_held_members_are_rechecked_on_a_backoff_and_a_long_hold_carries_on() -> None:
+    p = decide(Progress(), Started(at=T0), budgets=BUDGETS).progress
+    p = decide(p, Admitted(at=T0), budgets=BUDGETS).progress
+    d = decide(p, Answered(at=T0, phase=Phase.DISQUALIFIED, verdict=Verdict.FAILED),
+               budgets=BUDGETS)
+    assert isinstance(d.action, Restore)
+    waits = []
+    now = T0
+    for _ in range(8):
+        d = decide(d.progress, Restored(at=now, held=(("p-1", "PodReady is Unknown"),)),
+                   budgets=BUDGETS)
+        assert isinstance(d.action, Hold) and d.action.recheck_at is not None
+        waits.append(d.action.recheck_at - now)
+        now = d.action.recheck_at
+        d = decide(d.progress, Woke(at=now), budgets=BUDGETS)
+        assert isinstance(d.action, Restore) and d.progress.restoring
+    assert waits == [recheck_delay(i) for i in range(8)]
+    assert waits[0] == timedelta(seconds=5) and waits[-1] == RECHECK_MAX
+    assert sum(r.startswith("not yet back") for r in d.progress.reasons) == 1
+    d = decide(d.progress, Restored(at=now), budgets=BUDGETS)
+    assert d.action == Hold() and not d.progress.unrestored
+    d = decide(d.progress, Woke(at=now, history_long=True), budgets=BUDGETS)
+    assert d.action == CarryOn()

@@ -50,6 +50,8 @@ class FakeWorld:
     calls: list[str] = field(default_factory=list)
     published: list[PublishInput] = field(default_factory=list)
     admissions: int = 0
+    #: How many restore runs still find the members not qualifying (held).
+    restores_held: int = 0
     started: dict[str, asyncio.Event] = field(default_factory=dict)
 
     def started_event(self, name: str) -> asyncio.Event:
@@ -118,6 +120,9 @@ class FakeWorld:
         self.started_event("restore").set()
         if self.behaviour.get("restore") == "hang":
             await asyncio.sleep(1.0)  # long enough for a test to cancel meanwhile
+        if self.restores_held > 0:  # the member does not qualify yet (PodReady Unknown)
+            self.restores_held -= 1
+            return RestoreResult(held={m.pod: "PodReady is Unknown" for m in inp.target.members})
         return RestoreResult(restored=[m.pod for m in inp.target.members])
 
     @activity.defn(name="publish")

@@ -21,6 +21,7 @@ from retirement.phases import Outcome, Phase
 from testbed.paths import venv_bin
 from tests.helpers import eventually_async
 from tests.workflows.fakes import FakeWorld
+from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
 
 pytestmark = [pytest.mark.devserver, pytest.mark.asyncio(loop_scope="session")]
@@ -35,6 +36,7 @@ async def running(dev_env: WorkflowEnvironment) -> AsyncIterator[tuple[Client, F
         task_queue=queue,
         workflows=[RetirementWorkflow],
         activities=world.activities(),
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     ):
         yield dev_env.client, world, queue
 

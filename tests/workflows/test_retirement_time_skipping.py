@@ -31,6 +31,7 @@ from retirement.models import (
 )
 from retirement.phases import Outcome, Phase
 from tests.workflows.fakes import FakeWorld
+from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -45,7 +46,8 @@ async def world_worker(
     world = FakeWorld()
     queue = f"tq-{uuid.uuid4()}"
     async with Worker(time_skipping_env.client, task_queue=queue,
-                      workflows=[RetirementWorkflow], activities=world.activities()):
+                      workflows=[RetirementWorkflow], activities=world.activities(),
+                      max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE):
         yield time_skipping_env.client, world, queue
 
 
@@ -389,3 +391,72 @@ async def test_replay_recorded_histories() -> None:
     replayer = Replayer(workflows=[RetirementWorkflow], data_converter=pydantic_data_converter)
     for _wid, history in HISTORIES:
         await replayer.replay_workflow(history)  # type: ignore[arg-type]
+
+
+async def test_held_members_are_restored_once_they_qualify(
+    world_worker: tuple[Client, FakeWorld, str], time_skipping_env: WorkflowEnvironment,
+) -> None:
+    """Level-based restore: a member that did not qualify when the abort's restore ran
+    (PodReady Unknown for a while) is evaluated again while held, on a backoff, until it
+    is back in service; the hold itself goes on (no new attempt, no delete)."""
+    client, world, queue = world_worker
+    world.behaviour["drain"] = "failed"
+    world.restores_held = 3
+    req = request()
+    handle = await start(client, queue, req)
+    st = await wait_phase(handle, Phase.ABORTED, Outcome.ABORTED, timeout=30)
+    assert st.unrestored == {f"{req.deployment}-server-1": "PodReady is Unknown"}
+    assert st.recheck_at is not None
+    st = await eventually_held_restored(handle, time_skipping_env)
+    assert world.calls.count("restore") == 4
+    assert st.outcome is Outcome.ABORTED and st.unrestored == {}
+    assert st.recheck_at is None  # nothing left to recheck: the hold has no timer
+    assert "delete" not in world.calls and world.admissions == 1
+    noted = [r for r in st.reasons if r.startswith("not yet back in service")]
+    assert len(noted) == 1, st.reasons  # once per change, not once per round
+    assert "every member that qualifies is back in service" in st.reasons
+    # status.retirement.reason showed what was held, then that it is back.
+    shown = [p.reason for p in world.published if p.outcome is Outcome.ABORTED]
+    assert any(r.startswith("not yet back in service") for r in shown), shown
+    assert shown[-1] == "every member that qualifies is back in service", shown
+    await cancel_and_wait(handle)
+
+
+async def eventually_held_restored(handle: WorkflowHandle, env: WorkflowEnvironment,  # type: ignore[type-arg]
+                                   ) -> RetirementState:
+    for _ in range(40):
+        st: RetirementState = await handle.query(RetirementWorkflow.state)
+        if st.outcome is Outcome.ABORTED and not st.unrestored and not st.restoring:
+            return st
+        await env.sleep(timedelta(seconds=10))
+    raise AssertionError(f"members still held: {st.unrestored}")
+
+
+async def test_a_long_hold_continued_as_new_resumes_held(
+    world_worker: tuple[Client, FakeWorld, str], time_skipping_env: WorkflowEnvironment,
+) -> None:
+    """A run that starts from a carried held state (continue-as-new of a long hold) holds
+    on where it was: no admission, the members still held are evaluated again, and a retry
+    token still starts a fresh attempt."""
+    client, world, queue = world_worker
+    world.behaviour["drain"] = "failed"
+    world.restores_held = 1
+    first = await start(client, queue, request())
+    held = await wait_phase(first, Phase.ABORTED, Outcome.ABORTED, timeout=30)
+    await cancel_and_wait(first)
+    assert held.unrestored
+    carried = held.carried_request()
+    world.calls.clear()
+    handle = await client.start_workflow(
+        RetirementWorkflow.run, carried, id=f"{held.workflow_id}-carried", task_queue=queue,
+        result_type=RetirementState)
+    st = await eventually_held_restored(handle, time_skipping_env)
+    assert world.calls == ["restore"], world.calls  # no admission, one more restore round
+    assert st.attempt == held.attempt and st.phase_timeline == held.phase_timeline
+    world.behaviour["drain"] = "verified"
+    res = await handle.execute_update(RetirementWorkflow.retry, RetryRequest(token="t-1"))
+    assert res.decision == "Accept", res
+    final: RetirementState = await client.get_workflow_handle(
+        handle.id, result_type=RetirementState).result()  # the fresh attempt's run
+    assert final.outcome is Outcome.COMPLETED and final.attempt == held.attempt + 1
+    assert world.calls[:2] == ["restore", "admit"], world.calls  # admitted afresh
