@@ -52,6 +52,8 @@ class FakeWorld:
     admissions: int = 0
     #: How many restore runs still find the members not qualifying (held).
     restores_held: int = 0
+    #: How many snapshots were published when the last restore began.
+    published_before_restore: int = -1
     started: dict[str, asyncio.Event] = field(default_factory=dict)
 
     def started_event(self, name: str) -> asyncio.Event:
@@ -117,6 +119,7 @@ class FakeWorld:
     @activity.defn(name="restore")
     async def restore(self, inp: PhaseInput) -> RestoreResult:
         self.calls.append("restore")
+        self.published_before_restore = len(self.published)
         self.started_event("restore").set()
         if self.behaviour.get("restore") == "hang":
             await asyncio.sleep(1.0)  # long enough for a test to cancel meanwhile
@@ -127,6 +130,14 @@ class FakeWorld:
 
     @activity.defn(name="publish")
     async def publish(self, inp: PublishInput) -> None:
+        mode = self.behaviour.get("publish")
+        if mode == "hang":  # a status subresource that answers slowly
+            await asyncio.sleep(2.0)
+        elif mode == "failed":
+            from temporalio.exceptions import ApplicationError
+
+            raise ApplicationError("HTTP 422 status rejected", type="Invalid",
+                                   non_retryable=True)
         self.published.append(inp)
 
     def activities(self) -> list[object]:

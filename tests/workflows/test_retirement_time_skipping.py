@@ -460,3 +460,30 @@ async def test_a_long_hold_continued_as_new_resumes_held(
         handle.id, result_type=RetirementState).result()  # the fresh attempt's run
     assert final.outcome is Outcome.COMPLETED and final.attempt == held.attempt + 1
     assert world.calls[:2] == ["restore", "admit"], world.calls  # admitted afresh
+
+
+@pytest.mark.parametrize("publish", ["hang", "failed"])
+async def test_the_mirror_never_delays_the_restore(
+    world_worker: tuple[Client, FakeWorld, str], publish: str,
+) -> None:
+    """A slow or failing status subresource costs no budget: the restore starts while the
+    snapshots of the phases before it are still being published (or failing)."""
+    client, world, queue = world_worker
+    world.behaviour["publish"] = publish  # type: ignore[assignment]
+    world.behaviour["drain"] = "failed"
+    handle = await start(client, queue, request())
+    await asyncio.wait_for(world.started_event("restore").wait(), 10)
+    # Admitted, Disqualified, Withdrawing, Draining and Aborted were each queued first.
+    assert world.published_before_restore < 5
+    st = await wait_phase(handle, Phase.ABORTED, Outcome.ABORTED, timeout=30)
+    assert st.restored is not None and st.restored.restored
+    if publish == "failed":
+        await cancel_and_wait(handle)
+        return
+    for _ in range(200):  # the queue drains in order afterwards
+        if len(world.published) >= 5:
+            break
+        await asyncio.sleep(0.1)
+    assert [p.phase for p in world.published][:5] == [
+        Phase.ADMITTED, Phase.DISQUALIFIED, Phase.WITHDRAWING, Phase.DRAINING, Phase.ABORTED]
+    await cancel_and_wait(handle)
