@@ -537,7 +537,8 @@ def _hold(p: P, at: datetime) -> Decision:
 
 
 def _woke(p: P, e: Woke, budgets: Budgets) -> Decision:
-    if not p.admitted and p.deadline is None and not p.restoring and _interruption(p):
+    if (not p.admitted and p.deadline is None and not p.restoring and not held(p)
+            and _interruption(p)):
         return _restore(p, _interruption(p), e.at, budgets)  # admission was interrupted
     if held(p) and not p.restoring:
         if hold_ends(p):
