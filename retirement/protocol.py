@@ -385,7 +385,7 @@ def _started(p: P, e: Started) -> Decision:
 
 
 def _admission(p: P, e: Admitted | Refused, budgets: Budgets) -> Decision:
-    if p.admitted or p.deadline is not None or _ended(p) or p.restoring:
+    if p.admitted or p.deadline is not None or _ended(p) or p.restoring or held(p):
         return Decision(progress=p, accepted=False, reply="admission already decided")
     q = p.model_copy(update={"deadline": overall_deadline(admitted_at=e.at, budgets=budgets)})
     if isinstance(e, Refused):
