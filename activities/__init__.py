@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 from temporalio import activity
 
 from activities import admit as _admit
@@ -22,6 +23,7 @@ from activities import publish as _publish
 from activities import withdrawal as _withdrawal
 from activities.errors import application_errors
 from activities.polling import poll_until, seconds_left
+from activities.routers import TIMEOUT_S as ROUTER_TIMEOUT_S
 from kube.api import KubeApi
 from kube.client import Kube
 from retirement.models import (
@@ -42,8 +44,12 @@ __all__ = ["Kube", "RetirementActivities"]
 class RetirementActivities:
     """The activities of RetirementWorkflow, bound to one cluster."""
 
-    def __init__(self, kube: KubeApi) -> None:
+    def __init__(
+        self, kube: KubeApi, *, router_transport: httpx.BaseTransport | None = None
+    ) -> None:
         self._kube = kube
+        #: The HTTP transport of every router call (None: the network; tests answer offline).
+        self._router_transport = router_transport
 
     @activity.defn(name="admit")
     def admit(self, inp: AdmitInput) -> Admission:
@@ -61,7 +67,7 @@ class RetirementActivities:
     def withdraw(self, inp: PhaseInput) -> Observation:
         """Poll Services and routers until the target is withdrawn."""
         with application_errors():
-            return _withdrawal.withdraw(self._kube, inp)
+            return _withdrawal.withdraw(self._kube, inp, transport=self._router_transport)
 
     @activity.defn(name="drain")
     def drain(self, inp: PhaseInput) -> Observation:
@@ -83,17 +89,34 @@ class RetirementActivities:
 
     @activity.defn(name="restore")
     def restore(self, inp: PhaseInput) -> RestoreResult:
-        """Put the label back on members that still qualify, until decided or the deadline."""
+        """Put the label back on members that still qualify, and every router's selection of
+        them (read back, with the Services'), until decided or the deadline."""
         state = [RestoreResult()]
-
-        def once() -> Observation:
-            state[0] = _labels.restore_once(self._kube, inp.target, state[0])
-            held = state[0].held
-            return Observation(verdict=Verdict.UNKNOWN if held else Verdict.VERIFIED,
-                               reason="; ".join(f"{k}: {v}" for k, v in held.items()))
+        asked: dict[str, tuple[float, str]] = {}
 
         if seconds_left(inp.deadline) > 0:
-            with application_errors():
+            with (
+                application_errors(),
+                httpx.Client(
+                    trust_env=False, timeout=ROUTER_TIMEOUT_S, transport=self._router_transport
+                ) as http,
+            ):
+
+                def once() -> Observation:
+                    state[0] = _labels.restore_once(
+                        self._kube,
+                        inp.target,
+                        state[0],
+                        http=http,
+                        removals=inp.router_removals,
+                        asked=asked,
+                    )
+                    held = state[0].held
+                    return Observation(
+                        verdict=Verdict.UNKNOWN if held else Verdict.VERIFIED,
+                        reason="; ".join(f"{k}: {v}" for k, v in held.items()),
+                    )
+
                 poll_until(deadline=inp.deadline, interval=inp.poll_interval_s, once=once)
         return state[0]
 

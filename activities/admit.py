@@ -8,7 +8,15 @@ from kube.api import KubeApi
 from kube.deployment import MalformedDeployment, ModelDeployment, Role, parse_deployment
 from kube.errors import NotFound
 from kube.objects import Container, Pod
-from retirement.models import Admission, AdmitInput, IntentKind, MemberTarget, Target
+from retirement.intents import PodView, RoleSpec, derive_intents
+from retirement.models import (
+    Admission,
+    AdmitInput,
+    IntentKind,
+    MemberTarget,
+    RetirementRequest,
+    Target,
+)
 from retirement.names import (
     ANNOTATION_PROM_PATH,
     ANNOTATION_PROM_PORT,
@@ -55,7 +63,8 @@ def _bind(api: KubeApi, inp: AdmitInput) -> Target:
     engine = md.engine.name
     if engine not in SERIES:
         raise Refusal(f"engine {engine!r} is not vLLM or SGLang")
-    pods = _replica_pods(api, req.namespace, req.deployment, req.role, req.ordinal)
+    everything = _deployment_pods(api, req.namespace, req.deployment)
+    pods = _replica_pods(everything, req.role, req.ordinal)
     if not pods:
         raise Refusal(f"no Pods of role {req.role} ordinal {req.ordinal}")
     for p in pods:
@@ -63,6 +72,9 @@ def _bind(api: KubeApi, inp: AdmitInput) -> Target:
             raise Refusal(f"Pod {p.name} has no UID: an empty binding would match every Pod")
         if p.terminating:
             raise Refusal(f"Pod {p.name} is already terminating")
+    refusal = intent_refusal(md, everything, req)
+    if refusal:
+        raise Refusal(refusal)
     role = md.role(req.role)
     kind = _role_kind(role, pods)
     if role is not None:
@@ -113,13 +125,59 @@ def _bind(api: KubeApi, inp: AdmitInput) -> Target:
     )
 
 
-def _replica_pods(api: KubeApi, ns: str, md: str, role: str, ordinal: int) -> list[Pod]:
-    selector = (
-        f"{LABEL_NAME}={APP_NAME},{LABEL_INSTANCE}={md},{LABEL_COMPONENT}={role},"
-        f"{LABEL_ORDINAL}={ordinal}"
-    )
-    pods = api.list_pods(namespace=ns, selector=selector)
-    return sorted(pods, key=lambda p: (member_index(_as_member(p)) or 0, p.name))
+def _deployment_pods(api: KubeApi, ns: str, md: str) -> list[Pod]:
+    """Every Pod of the deployment, as the watcher lists them to derive the intents."""
+    return api.list_pods(namespace=ns, selector=f"{LABEL_NAME}={APP_NAME},{LABEL_INSTANCE}={md}")
+
+
+def _replica_pods(pods: list[Pod], role: str, ordinal: int) -> list[Pod]:
+    """The Pods of one replica: its role and ordinal labels, exactly as a selector reads."""
+    mine = [
+        p
+        for p in pods
+        if p.labels.get(LABEL_COMPONENT) == role and p.labels.get(LABEL_ORDINAL) == str(ordinal)
+    ]
+    return sorted(mine, key=lambda p: (member_index(_as_member(p)) or 0, p.name))
+
+
+def intent_refusal(md: ModelDeployment, pods: list[Pod], req: RetirementRequest) -> str:
+    """Why ``req`` is not (any more) one of the removal intents the watcher derives from
+    the live spec and Pods (``retirement.intents.derive_intents``); empty when it is.
+
+    A whole-replica request (count trim or departed role; the CLI asks for a count trim)
+    needs a whole-replica intent for its role and ordinal; a surplus shed needs a surplus
+    intent of that replica that still names every requested member."""
+    roles = [RoleSpec(name=r.name, replicas=r.replicas, size=r.size) for r in md.roles]
+    views = [PodView(name=p.name, labels=dict(p.labels), terminating=p.terminating) for p in pods]
+    key = (req.role, req.ordinal)
+    mine = [i for i in derive_intents(roles, views) if (i.role, i.ordinal) == key]
+    replica = f"{req.role} ordinal {req.ordinal}"
+    declared = md.role(req.role)
+    if req.intent is IntentKind.SURPLUS_SHED:
+        named, replica_pods = set(req.members), {p.name for p in _replica_pods(pods, *key)}
+        if not named or not named <= replica_pods:
+            return f"surplus members {sorted(named)} are not all Pods of the replica"
+        shed = next((i for i in mine if i.kind is IntentKind.SURPLUS_SHED), None)
+        if shed is None:
+            return f"replica {replica} has no surplus member any more: nothing to shed"
+        kept = sorted(set(req.members) - set(shed.members))
+        if kept:
+            return (
+                f"{', '.join(kept)} of replica {replica} is no longer surplus (the surplus is "
+                f"now {', '.join(shed.members)}): it would be retired while it serves"
+            )
+        return ""
+    if req.intent is IntentKind.DEPARTED_ROLE and declared is not None:
+        return f"role {req.role} is still in the spec: not a departed role"
+    whole = (IntentKind.COUNT_TRIM, IntentKind.DEPARTED_ROLE)
+    if any(i.kind in whole for i in mine):
+        return ""
+    if declared is not None and req.ordinal < declared.replicas:
+        return (
+            f"the spec still declares {replica} (replicas {declared.replicas}): "
+            "it is not a removal intent"
+        )
+    return f"replica {replica} is no longer a removal intent of the live spec and Pods"
 
 
 def _as_member(p: Pod) -> MemberPod:

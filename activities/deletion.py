@@ -14,18 +14,46 @@ from retirement.phases import Verdict
 
 
 def delete(api: KubeApi, target: Target) -> DeleteResult:
-    """Delete the admitted Pods (idempotent: a Pod already gone is recorded as such)."""
+    """Delete the admitted Pods (idempotent: a Pod already gone is recorded as such).
+
+    After the point of no return every admitted Pod's delete is attempted, whatever an
+    earlier one answered: a Kubernetes error on one member (a 400/422 the server refuses,
+    a 403, a 503) is collected and the rest go on.  Then, if any failed, the activity fails
+    with every failure named (retryable when any of them is: the retry is idempotent) and
+    the Workload is left for that retry: a member Pod of it may still be there."""
     result = DeleteResult()
+    failures: list[tuple[str, KubeError]] = []
     for m in target.members:
-        done = delete_member(api, namespace=target.namespace, name=m.pod, uid=m.uid)
+        try:
+            done = delete_member(api, namespace=target.namespace, name=m.pod, uid=m.uid)
+        except KubeError as e:
+            failures.append((m.pod, e))
+            continue
         if done is Deletion.DELETED:
             result.deleted.append(m.pod)
         elif done is Deletion.GONE:
             result.already_gone.append(m.pod)
         else:
             result.replaced.append(m.pod)
+    if failures:
+        raise _collected(failures, result, total=len(target.members))
     result.workload = _delete_workload(api, target)
     return result
+
+
+def _collected(
+    failures: list[tuple[str, KubeError]], done: DeleteResult, *, total: int
+) -> KubeError:
+    """One error naming every failed delete, of the kind of the first retryable one (else
+    of the first): a retry is asked for whenever one may help."""
+    first = next((e for _, e in failures if e.retryable), failures[0][1])
+    what = f"delete {len(failures)} of {total} admitted Pods"
+    named = "; ".join(f"{pod}: {e}" for pod, e in failures)
+    went = done.deleted + done.already_gone
+    also = f" (deleted or gone: {', '.join(went)})" if went else ""
+    if done.replaced:
+        also += f" (replaced, not touched: {', '.join(done.replaced)})"
+    return type(first)(what, status=first.status, reason=first.reason, detail=named + also)
 
 
 def _workload(api: KubeApi, target: Target) -> Workload | None:

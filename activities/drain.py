@@ -5,6 +5,9 @@ drain rule until every member is idle twice with unchanged counters."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import httpx
 
 from activities.oneshot import EXEC_TIMEOUT_S, command, valid_path, valid_port, valid_scheme
 from activities.polling import poll_until, resumed
@@ -12,13 +15,15 @@ from kube.api import KubeApi
 from kube.errors import KubeError
 from kube.members import MemberGone
 from kube.members import read_member as read_bound
-from retirement.drain import DrainProgress, observe_round
+from retirement.drain import DrainProgress, observe_round, resume
 from retirement.models import DrainHeartbeat, MemberTarget, Observation, PhaseInput, Target
 from retirement.names import ENGINE_CONTAINER
 from retirement.phases import Verdict
 from retirement.readings import SERIES, Sample, parse_oneshot_output, unknown
 
 OUTPUT_CAP = 64 * 1024
+#: The bound of one router answer when the withdrawal is confirmed again in a round.
+RECHECK_HTTP_TIMEOUT_S = 3.0
 
 
 class Replaced(Exception):
@@ -89,31 +94,55 @@ def read_member(api: KubeApi, target: Target, m: MemberTarget) -> Sample:
 
 
 def drain(api: KubeApi, inp: PhaseInput) -> Observation:
-    """Poll the measured members until the drain rule holds, or the deadline."""
+    """Poll the measured members until the drain rule holds, or the deadline.
+
+    Every round reads the measured members, then confirms again, read-only, that the
+    withdrawal still holds (``activities.recheck``): the label back on a member FAILS the
+    drain; a Service listing a target again, or a router selecting one, makes the round
+    not idle.  A resumed attempt goes on from the previous attempt's idle read only if
+    that read is recent (``retirement.drain.resume``)."""
+    # Imported here: ``activities.withdrawal`` (which ``recheck`` reads through) imports
+    # this module's ``read_member``.
+    from activities.recheck import still_withdrawn
+
     target = inp.target
     members = [m for m in target.members if m.measured]
     state: DrainHeartbeat = resumed(DrainHeartbeat) or DrainHeartbeat()
-    progress: list[DrainProgress] = [state.progress]
+    progress: list[DrainProgress] = [
+        resume(state.progress, now=datetime.now(UTC), poll_interval_s=inp.poll_interval_s)
+    ]
 
-    def once() -> Observation:
-        samples: dict[str, Sample] = {}
-        for m in members:
-            try:
-                samples[m.pod] = read_member(api, target, m)
-            except Replaced as e:
-                return Observation(verdict=Verdict.FAILED, reason=f"member {e}")
-        new, verdict, reason = observe_round(progress[0], measured=target.measured, samples=samples)
-        progress[0] = new
-        return Observation(
-            verdict=verdict, reason=reason, readings={k: _describe(s) for k, s in samples.items()}
+    with httpx.Client(trust_env=False, timeout=RECHECK_HTTP_TIMEOUT_S) as http:
+
+        def once() -> Observation:
+            samples: dict[str, Sample] = {}
+            for m in members:
+                try:
+                    samples[m.pod] = read_member(api, target, m)
+                except Replaced as e:
+                    return Observation(verdict=Verdict.FAILED, reason=f"member {e}")
+            readings = {k: _describe(s) for k, s in samples.items()}
+            check = still_withdrawn(api, target, http)  # after the reads: no older than them
+            readings.update(check.readings)
+            if check.verdict is Verdict.FAILED:
+                progress[0] = DrainProgress(rounds=progress[0].rounds + 1)
+                return Observation(verdict=Verdict.FAILED, reason=check.reason, readings=readings)
+            new, verdict, reason = observe_round(
+                progress[0],
+                measured=target.measured,
+                samples=samples,
+                not_withdrawn="" if check.verdict is Verdict.VERIFIED else check.reason,
+                at=datetime.now(UTC),
+            )
+            progress[0] = new
+            return Observation(verdict=verdict, reason=reason, readings=readings)
+
+        return poll_until(
+            deadline=inp.deadline,
+            interval=inp.poll_interval_s,
+            once=once,
+            details=lambda obs: DrainHeartbeat(progress=progress[0], readings=obs.readings),
         )
-
-    return poll_until(
-        deadline=inp.deadline,
-        interval=inp.poll_interval_s,
-        once=once,
-        details=lambda obs: DrainHeartbeat(progress=progress[0], readings=obs.readings),
-    )
 
 
 def _http(e: KubeError) -> str:

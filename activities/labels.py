@@ -5,13 +5,30 @@ label is read again, never overwritten blindly."""
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from urllib.parse import urlsplit
+
+import httpx
+from temporalio import activity
 from temporalio.exceptions import CancelledError
 
 from activities.polling import cancel_seen
 from activities.probes import identity_probe, probes_supported
+from activities.routers import (
+    TIMEOUT_S,
+    RouterObserver,
+    RouterView,
+    canonical_ip,
+    observer_for,
+    worker_host,
+    worker_url,
+)
+from activities.withdrawal import router_base, router_kind, router_pods, services_missing
 from kube.api import KubeApi
-from kube.members import LabelChange, MemberGone, read_member, set_eligibility
-from kube.objects import pod_ready
+from kube.members import ELIGIBLE_VALUE, LabelChange, MemberGone, read_member, set_eligibility
+from kube.objects import Pod, pod_ready
 from retirement.models import MemberTarget, Observation, RestoreResult, Target
 from retirement.names import LABEL_ELIGIBLE
 from retirement.phases import Verdict
@@ -25,14 +42,21 @@ def _lost(m: MemberTarget, change: LabelChange) -> str:
 
 
 def _take_label_off(api: KubeApi, target: Target, m: MemberTarget) -> Observation | str:
-    """The member's reading once its label is gone, or the Observation that ends the run."""
-    for _ in range(LABEL_ATTEMPTS):
+    """The member's reading once its label is gone, or the Observation that ends the run.
+
+    A patch whose ``test`` failed (the label changed, or was removed by someone else,
+    between the read and the write) is followed by another read, also after the last
+    allowed patch: a label that someone else removed reads as done ("label already
+    absent"), never as a replaced member."""
+    for attempt in range(LABEL_ATTEMPTS + 1):
         pod = read_member(api, namespace=target.namespace, name=m.pod, uid=m.uid)
         if isinstance(pod, MemberGone):
             return Observation(verdict=Verdict.FAILED, reason=f"member {m.pod} is gone or replaced")
         current = pod.labels.get(LABEL_ELIGIBLE)
         if current is None:
             return "label already absent"
+        if attempt == LABEL_ATTEMPTS:
+            break
         if cancel_seen():
             raise CancelledError("cancelled before removing the label")
         change = set_eligibility(
@@ -63,53 +87,223 @@ def disqualify(api: KubeApi, target: Target) -> Observation:
     )
 
 
-def restore_once(api: KubeApi, target: Target, result: RestoreResult) -> RestoreResult:
-    """One pass of the restore rule over the members still to decide."""
+#: How long the restore waits before asking a router again to add the same worker (an
+#: add is asynchronous on the SGLang gateway, and vllm-router holds the call open until the
+#: worker is healthy).
+ADD_AGAIN_AFTER_S = 10.0
+
+
+class _Routers:
+    """One restore pass's view of the deployment's routers: the router Pods and each one's
+    answer are read once per pass, shared by every member."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        target: Target,
+        http: httpx.Client | None,
+        removals: Sequence[str],
+        asked: dict[str, tuple[float, str]],
+    ) -> None:
+        self._api, self._target, self._http = api, target, http
+        self._removals = [r.partition("|")[::2] for r in removals]  # (router uid, url)
+        self._asked = asked
+        self._pods: list[Pod] | None = None
+        self._views: dict[str, RouterView] = {}
+        self._own: httpx.Client | None = None
+        self.adds: list[str] = []
+
+    def close(self) -> None:
+        if self._own is not None:
+            self._own.close()
+
+    def _client(self) -> httpx.Client:
+        if self._http is not None:
+            return self._http
+        if self._own is None:
+            self._own = httpx.Client(trust_env=False, timeout=TIMEOUT_S)
+        return self._own
+
+    def pods(self) -> list[Pod]:
+        if self._pods is None:
+            self._pods = router_pods(self._api, self._target)
+        return self._pods
+
+    def _view(self, pod: Pod, obs: RouterObserver, base: str) -> RouterView:
+        if pod.uid not in self._views:
+            _beat()
+            self._views[pod.uid] = obs.view(self._client(), base)
+        return self._views[pod.uid]
+
+    def _url(self, pod: Pod, view: RouterView, m: MemberTarget, addresses: set[str]) -> str | None:
+        """The worker URL to add: the one withdrawal removed from this router (else from
+        another), else the member's address on the port every other worker has, else on
+        its declared serving port."""
+        wanted = {canonical_ip(a) or a for a in addresses}
+        recorded = [(uid, url) for uid, url in self._removals if worker_host(url) in wanted]
+        if recorded:  # this router's own removal first
+            return min(recorded, key=lambda r: r[0] != pod.uid)[1]
+        shapes = set()
+        for url in view.workers:
+            with contextlib.suppress(ValueError):
+                parts = urlsplit(url)
+                if parts.port is not None:
+                    shapes.add((parts.scheme or "http", parts.port))
+        if len(shapes) == 1:
+            [(scheme, port)] = shapes
+            return worker_url(m.ip, port, scheme)
+        if m.serve_port is not None:
+            return worker_url(m.ip, m.serve_port)
+        return None
+
+    def missing(
+        self, m: MemberTarget, addresses: set[str], may_add: Callable[[], str]
+    ) -> list[str]:
+        """Why not every router Pod selects the member yet (empty: they all do).  A router
+        that does not is asked to add it (``may_add`` first: "" allows it, else why not)."""
+        pods = self.pods()
+        if not pods:
+            if self._target.router:
+                return [f"router {self._target.router} declared but no router Pod found"]
+            return []
+        reasons: list[str] = []
+        for pod in pods:
+            kind = router_kind(pod, self._target)
+            obs, base = observer_for(kind), router_base(pod)
+            if obs is None or base is None:
+                reasons.append(f"router {pod.name}: cannot observe router kind {kind!r}")
+                continue
+            view = self._view(pod, obs, base)
+            if not view.fresh(time.time()):
+                reasons.append(f"router {pod.name}: no fresh answer: {view.error or 'stale'}")
+                continue
+            if view.selecting(addresses):
+                continue
+            url = self._url(pod, view, m, addresses)
+            if url is None:
+                reasons.append(f"router {pod.name} does not select it; no worker URL known")
+                continue
+            key = f"{pod.uid}|{url}"
+            last = self._asked.get(key)
+            if last is not None and time.monotonic() - last[0] < ADD_AGAIN_AFTER_S:
+                reasons.append(
+                    f"router {pod.name} does not select {url} yet (asked to add: {last[1]})"
+                )
+                continue
+            refused = may_add()
+            if refused:
+                reasons.append(refused)
+                continue
+            _beat()
+            answer = obs.add(self._client(), base, url)
+            self._asked[key] = (time.monotonic(), answer)
+            self.adds.append(f"{pod.name}|{url}")
+            reasons.append(f"router {pod.name} does not select {url} yet (asked to add: {answer})")
+        return reasons
+
+
+def _beat() -> None:
+    """Heartbeat before each router call (each may take its whole timeout), so a pass over
+    several routers never outlasts the heartbeat timeout."""
+    if activity.in_activity():
+        activity.heartbeat()
+
+
+def _probe(target: Target, m: MemberTarget) -> str:
+    """Why a group member may not be put back in routing ("" when it may)."""
+    if not probes_supported(target):
+        return (
+            f"identity probe unsupported for {target.engine} "
+            f"{target.engine_version or '(no version)'}"
+        )
+    return identity_probe(target, m)
+
+
+def restore_once(
+    api: KubeApi,
+    target: Target,
+    result: RestoreResult,
+    *,
+    http: httpx.Client | None = None,
+    removals: Sequence[str] = (),
+    asked: dict[str, tuple[float, str]] | None = None,
+) -> RestoreResult:
+    """One pass of the restore rule over the members still to decide.
+
+    A member is restored only when its label is back, every Service that selects it lists
+    it (its EndpointSlices, by address or ``targetRef``), and every router Pod of the
+    deployment selects it, read back; until then it stays held with the reason.  A router
+    that does not select it is asked to add it (``removals``: the worker URLs withdrawal
+    removed, preferred; ``asked``: when each add was last asked and what the router
+    answered, kept across passes)."""
     done = set(result.restored) | set(result.failed)
     group = len(target.members) > 1
     restored, held, failed = list(result.restored), dict(result.held), dict(result.failed)
-    for m in target.members:
-        if m.pod in done or not (m.eligible_at_admission or m.measured):
-            continue
-        pod = read_member(api, namespace=target.namespace, name=m.pod, uid=m.uid)
-        if isinstance(pod, MemberGone):
-            failed[m.pod] = "gone or replaced: not the admitted UID"
-            held.pop(m.pod, None)
-            continue
-        ready = pod_ready(pod)
-        if ready == "False":
-            failed[m.pod] = "PodReady is False"
-            held.pop(m.pod, None)
-            continue
-        if ready != "True":
-            held[m.pod] = f"PodReady is {ready}"
-            continue
-        if group:
-            if not probes_supported(target):
-                held[m.pod] = (
-                    f"identity probe unsupported for {target.engine} "
-                    f"{target.engine_version or '(no version)'}"
+    routers = _Routers(api, target, http, removals, {} if asked is None else asked)
+    try:
+        for m in target.members:
+            if m.pod in done or not (m.eligible_at_admission or m.measured):
+                continue
+            pod = read_member(api, namespace=target.namespace, name=m.pod, uid=m.uid)
+            if isinstance(pod, MemberGone):
+                failed[m.pod] = "gone or replaced: not the admitted UID"
+                held.pop(m.pod, None)
+                continue
+            ready = pod_ready(pod)
+            if ready == "False":
+                failed[m.pod] = "PodReady is False"
+                held.pop(m.pod, None)
+                continue
+            if ready != "True":
+                held[m.pod] = f"PodReady is {ready}"
+                continue
+            probed = [False]
+            current = pod.labels.get(LABEL_ELIGIBLE)
+            if current != ELIGIBLE_VALUE:
+                if group:
+                    probe = _probe(target, m)
+                    if probe:
+                        held[m.pod] = probe
+                        continue
+                    probed[0] = True
+                change = set_eligibility(
+                    api,
+                    namespace=target.namespace,
+                    name=m.pod,
+                    uid=m.uid,
+                    current=current,
+                    eligible=True,
                 )
+                if change is LabelChange.CHANGED:
+                    held[m.pod] = "the label changed while restoring: read again on the next pass"
+                    continue
+                if change is not LabelChange.APPLIED:
+                    failed[m.pod] = "replaced while restoring"
+                    held.pop(m.pod, None)
+                    continue
+
+            def may_add(m: MemberTarget = m, probed: list[bool] = probed) -> str:
+                if not group or probed[0]:
+                    return ""
+                why = _probe(target, m)
+                probed[0] = not why
+                return why
+
+            labels = {**pod.labels, LABEL_ELIGIBLE: ELIGIBLE_VALUE}
+            addresses = {m.ip, *pod.pod_ips}
+            unlisted = services_missing(api, target.namespace, labels, addresses, m.uid)
+            reasons = [f"service {name} does not list it yet" for name in unlisted]
+            reasons += routers.missing(m, addresses, may_add)
+            if reasons:
+                held[m.pod] = "label back; " + "; ".join(reasons)
                 continue
-            probe = identity_probe(target, m)
-            if probe:
-                held[m.pod] = probe
-                continue
-        change = set_eligibility(
-            api,
-            namespace=target.namespace,
-            name=m.pod,
-            uid=m.uid,
-            current=pod.labels.get(LABEL_ELIGIBLE),
-            eligible=True,
-        )
-        if change is LabelChange.CHANGED:
-            held[m.pod] = "the label changed while restoring: read again on the next pass"
-            continue
-        if change is not LabelChange.APPLIED:
-            failed[m.pod] = "replaced while restoring"
+            restored.append(m.pod)
             held.pop(m.pod, None)
-            continue
-        restored.append(m.pod)
-        held.pop(m.pod, None)
-    return RestoreResult(restored=restored, held=held, failed=failed)
+    finally:
+        routers.close()
+    return RestoreResult(
+        restored=restored,
+        held=held,
+        failed=failed,
+        router_adds=[*result.router_adds, *routers.adds],
+    )

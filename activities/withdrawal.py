@@ -1,5 +1,10 @@
-"""Withdrawal (SPEC section 6): no ordinary Service's EndpointSlices list a target address,
-and every router Pod of the deployment has stopped selecting it."""
+"""Withdrawal (SPEC section 6): no EndpointSlice of the namespace lists a target (by any of
+its addresses or its Pod UID as ``targetRef``), but those of the per-replica headless
+Services, and every router Pod of the deployment has stopped selecting it.
+
+The helpers here (Services, router discovery) are shared with the restore, which reads
+back the opposite: the Services that select a member list it again, and every router Pod
+selects it again."""
 
 from __future__ import annotations
 
@@ -10,36 +15,94 @@ from temporalio.exceptions import CancelledError
 
 from activities.drain import Replaced, read_member
 from activities.polling import cancel_seen, poll_until, resumed
-from activities.routers import observer_for
+from activities.routers import TIMEOUT_S, canonical_ip, observer_for
 from kube.api import KubeApi
-from kube.objects import Pod
+from kube.errors import KubeError
+from kube.members import MemberGone
+from kube.members import read_member as read_bound
+from kube.objects import EndpointSlice, Pod, Service
 from retirement.models import (
+    MemberTarget,
     Observation,
     PhaseInput,
     RouterlessPolicy,
     Target,
     WithdrawProgress,
 )
-from retirement.names import LABEL_INSTANCE, LABEL_ROUTER
+from retirement.names import LABEL_ELIGIBLE, LABEL_INSTANCE, LABEL_ROUTER
 from retirement.phases import Verdict
 
+#: The reading under which withdrawal reports the router removals it asked for.
+REMOVALS_READING = "routers/removal-requested"
 
-def services_listing(api: KubeApi, target: Target) -> dict[str, list[str]]:
-    """Ordinary (not headless) Services that would select a member as admitted, with the
-    target addresses their EndpointSlices still list."""
-    addresses = {m.ip for m in target.members}
+
+def excluded_services(services: list[Service]) -> set[str]:
+    """The per-replica headless Services (SPEC section 2): headless, selecting Pods, and
+    not on the eligibility label.  They keep listing a withdrawn member by design; every
+    other EndpointSlice of the namespace counts."""
+    return {
+        s.name for s in services if s.headless and s.selector and LABEL_ELIGIBLE not in s.selector
+    }
+
+
+def _slice_owner(s: EndpointSlice) -> str:
+    return s.service or f"(no Service: EndpointSlice {s.name})"
+
+
+def services_listing(
+    api: KubeApi, target: Target, addresses: set[str] | None = None
+) -> dict[str, list[str]]:
+    """Every Service of the namespace (but the per-replica headless ones) whose
+    EndpointSlices still list a target: one of its addresses, or its Pod UID as
+    ``targetRef``; Service name -> what is listed."""
+    if addresses is None:
+        addresses = {m.ip for m in target.members}
+    uids = set(target.uids)
+    skip = excluded_services(api.list_services(namespace=target.namespace))
     found: dict[str, list[str]] = {}
-    for svc in api.list_services(namespace=target.namespace):
-        sel = svc.selector
-        if not sel or svc.headless:
+    for s in api.list_namespace_endpoint_slices(namespace=target.namespace):
+        if s.service in skip:
             continue
-        if not any(all(m.labels.get(k) == v for k, v in sel.items()) for m in target.members):
-            continue
-        slices = api.list_endpoint_slices(namespace=target.namespace, service=svc.name)
-        listed = sorted({a for s in slices for a in s.addresses if a in addresses})
+        listed = s.listing(addresses, uids)
         if listed:
-            found[svc.name] = listed
-    return found
+            owner = found.setdefault(_slice_owner(s), [])
+            owner.extend(x for x in listed if x not in owner)
+    return {k: sorted(v) for k, v in sorted(found.items())}
+
+
+def services_missing(
+    api: KubeApi, namespace: str, labels: dict[str, str], addresses: set[str], uid: str
+) -> list[str]:
+    """The Services that select a Pod labelled ``labels`` (but the per-replica headless
+    ones) and whose EndpointSlices do not list it (by address or ``targetRef``) yet."""
+    services = api.list_services(namespace=namespace)
+    skip = excluded_services(services)
+    selecting = [
+        s.name
+        for s in services
+        if s.name not in skip
+        and s.selector
+        and all(labels.get(k) == v for k, v in s.selector.items())
+    ]
+    if not selecting:
+        return []
+    slices = api.list_namespace_endpoint_slices(namespace=namespace)
+    return [
+        name
+        for name in selecting
+        if not any(s.service == name and s.listing(addresses, {uid}) for s in slices)
+    ]
+
+
+def member_addresses(api: KubeApi, target: Target, m: MemberTarget) -> set[str] | None:
+    """Every address of a member: the one admission recorded and the live ``podIPs`` of
+    the admitted UID (a Pod's addresses do not change while it lives); None when the read
+    failed (the caller uses the recorded address and reads again later)."""
+    try:
+        pod = read_bound(api, namespace=target.namespace, name=m.pod, uid=m.uid)
+    except KubeError:
+        return None
+    return {m.ip} if isinstance(pod, MemberGone) else {m.ip, *pod.pod_ips}
 
 
 def router_pods(api: KubeApi, target: Target) -> list[Pod]:
@@ -50,29 +113,56 @@ def router_pods(api: KubeApi, target: Target) -> list[Pod]:
     return [p for p in pods if not p.terminating]
 
 
+def router_kind(pod: Pod, target: Target) -> str:
+    """The kind of a router Pod (its label, else the deployment's declared router)."""
+    return pod.labels.get(LABEL_ROUTER) or target.router or ""
+
+
 def _router_base(pod: Pod) -> str | None:
     if not pod.pod_ip:
         return None
+    ip = canonical_ip(pod.pod_ip)
+    if ip is None:
+        return None
+    host = f"[{ip}]" if ":" in ip else ip
     for c in pod.containers:
         for port in c.ports:
             if port.name == "http" or port.name is None:
-                return f"http://{pod.pod_ip}:{port.container_port}"
+                return f"http://{host}:{port.container_port}"
     return None
 
 
-def withdraw(api: KubeApi, inp: PhaseInput) -> Observation:
-    """Poll until withdrawn from every Service and router, or the deadline."""
+def router_base(pod: Pod) -> str | None:
+    """The base URL of a router Pod's API (its ``http`` or unnamed port), or None."""
+    return _router_base(pod)
+
+
+def withdraw(
+    api: KubeApi, inp: PhaseInput, *, transport: httpx.BaseTransport | None = None
+) -> Observation:
+    """Poll until withdrawn from every Service and router, or the deadline.
+
+    ``transport``: the HTTP transport of the router calls (tests answer them offline)."""
     target = inp.target
     progress: WithdrawProgress = resumed(WithdrawProgress) or WithdrawProgress()
     requested = set(progress.removal_requested)
     quiet: dict[str, object] = {}
-    addresses = {m.ip for m in target.members}
+    known: dict[str, set[str]] = {}
 
-    with httpx.Client(trust_env=False, timeout=3.0) as http:
+    with httpx.Client(trust_env=False, timeout=TIMEOUT_S, transport=transport) as http:
+
+        def addresses() -> set[str]:
+            for m in target.members:
+                if m.pod not in known:
+                    read = member_addresses(api, target, m)
+                    if read is not None:
+                        known[m.pod] = read
+            return {m.ip for m in target.members} | {a for ips in known.values() for a in ips}
 
         def once() -> Observation:
             readings: dict[str, str] = {}
-            services = services_listing(api, target)
+            targets = addresses()
+            services = services_listing(api, target, targets)
             for name, listed in services.items():
                 readings[f"service/{name}"] = f"still lists {', '.join(listed)}"
             routers = router_pods(api, target)
@@ -86,7 +176,7 @@ def withdraw(api: KubeApi, inp: PhaseInput) -> Observation:
                     if verdict is not Verdict.VERIFIED:
                         pending.append(why)
             for pod in routers:
-                kind = pod.labels.get(LABEL_ROUTER) or target.router or ""
+                kind = router_kind(pod, target)
                 name = f"router/{pod.name}"
                 obs = observer_for(kind)
                 base = _router_base(pod)
@@ -99,7 +189,7 @@ def withdraw(api: KubeApi, inp: PhaseInput) -> Observation:
                     readings[name] = f"no fresh answer: {view.error or 'stale'}"
                     pending.append(readings[name])
                     continue
-                still = view.selecting(addresses)
+                still = view.selecting(targets)
                 if not still:
                     readings[name] = "selects no target"
                     continue
@@ -109,17 +199,24 @@ def withdraw(api: KubeApi, inp: PhaseInput) -> Observation:
                     if cancel_seen():
                         raise CancelledError("cancelled before asking a router to remove")
                     key = f"{pod.uid}|{url}"
+                    requested.add(key)  # recorded before the call: it may act and time out
                     obs.remove(http, base, url, view.workers[url])
-                    requested.add(key)
+            removals = sorted(requested)
+            if removals:
+                readings[REMOVALS_READING] = ", ".join(removals)
             if services or pending:
                 reasons = [f"service {n} lists {', '.join(a)}" for n, a in services.items()]
                 return Observation(
-                    verdict=Verdict.UNKNOWN, reason="; ".join(reasons + pending), readings=readings
+                    verdict=Verdict.UNKNOWN,
+                    reason="; ".join(reasons + pending),
+                    readings=readings,
+                    router_removals=removals,
                 )
             return Observation(
                 verdict=Verdict.VERIFIED,
                 readings=readings,
                 reason="no Service lists and no router selects a target",
+                router_removals=removals,
             )
 
         return poll_until(

@@ -92,6 +92,10 @@ class KubeApi(Protocol):
         """The EndpointSlices of one Service."""
         ...
 
+    def list_namespace_endpoint_slices(self, *, namespace: str) -> list[EndpointSlice]:
+        """Every EndpointSlice of ``namespace``, whichever Service (or none) owns it."""
+        ...
+
     # Kueue Workloads
     def get_workload(self, *, namespace: str, name: str) -> Workload:
         """Read one Workload."""

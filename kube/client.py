@@ -190,6 +190,13 @@ class Kube:
             ).items
         return [EndpointSlice.from_raw(self._raw(s)) for s in items or []]
 
+    def list_namespace_endpoint_slices(self, *, namespace: str) -> list[EndpointSlice]:
+        with translated(f"list EndpointSlices in {namespace}"):
+            items = self._discovery.list_namespaced_endpoint_slice(
+                namespace, _request_timeout=self.timeout_s
+            ).items
+        return [EndpointSlice.from_raw(self._raw(s)) for s in items or []]
+
     # ------------------------------------------------------------ Workloads
 
     def get_workload(self, *, namespace: str, name: str) -> Workload:

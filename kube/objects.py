@@ -9,7 +9,7 @@ model or a raw dict.  The API server validated these objects, so a missing field
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -83,6 +83,8 @@ class Pod:
     containers: tuple[Container, ...] = ()
     container_statuses: tuple[ContainerStatus, ...] = ()
     conditions: Mapping[str, str] = field(default_factory=dict)  # type -> status
+    #: ``status.podIPs`` (every address of the Pod, one per family), ``pod_ip`` first.
+    pod_ips: tuple[str, ...] = ()
 
     @classmethod
     def from_raw(cls, raw: Mapping[str, Any]) -> Pod:
@@ -118,6 +120,11 @@ class Pod:
         for c in map(_map, _list(status.get("conditions"))):
             if c.get("type") is not None and str(c["type"]) not in conditions:
                 conditions[str(c["type"])] = str(c.get("status"))
+        pod_ip = str(status["podIP"]) if status.get("podIP") else None
+        ips = [pod_ip] if pod_ip else []
+        for entry in map(_map, _list(status.get("podIPs"))):
+            if entry.get("ip") and str(entry["ip"]) not in ips:
+                ips.append(str(entry["ip"]))
         return cls(
             name=str(meta.get("name") or ""),
             namespace=str(meta.get("namespace") or ""),
@@ -125,10 +132,11 @@ class Pod:
             labels=_strings(meta.get("labels")),
             annotations=_strings(meta.get("annotations")),
             terminating=meta.get("deletionTimestamp") is not None,
-            pod_ip=str(status["podIP"]) if status.get("podIP") else None,
+            pod_ip=pod_ip,
             containers=containers,
             container_statuses=statuses,
             conditions=conditions,
+            pod_ips=tuple(ips),
         )
 
     def container(self, name: str) -> Container | None:
@@ -171,24 +179,88 @@ class Service:
         )
 
 
+#: The label naming the Service that owns an EndpointSlice.
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One endpoint of an EndpointSlice: its addresses and what it points at."""
+
+    addresses: tuple[str, ...] = ()
+    target_kind: str = ""  # targetRef.kind ("Pod" for selector-managed slices)
+    target_name: str = ""
+    target_uid: str = ""  # targetRef.uid
+    ready: bool | None = None  # conditions.ready (None: not reported)
+
+
+@dataclass(frozen=True)
+class EndpointPort:
+    """One port of an EndpointSlice."""
+
+    port: int | None = None
+    name: str | None = None
+    protocol: str = "TCP"
+
+
 @dataclass(frozen=True)
 class EndpointSlice:
-    """An EndpointSlice: every address it lists."""
+    """An EndpointSlice: every address it lists, its endpoints (with their ``targetRef``),
+    its ports, and the Service that owns it (``kubernetes.io/service-name``; "" when none)."""
 
     name: str
     addresses: tuple[str, ...] = ()
+    service: str = ""
+    endpoints: tuple[Endpoint, ...] = ()
+    ports: tuple[EndpointPort, ...] = ()
 
     @classmethod
     def from_raw(cls, raw: Mapping[str, Any]) -> EndpointSlice:
         """The view of one EndpointSlice body."""
-        return cls(
-            name=str(_map(raw.get("metadata")).get("name") or ""),
-            addresses=tuple(
-                str(a)
-                for e in map(_map, _list(raw.get("endpoints")))
-                for a in _list(e.get("addresses"))
-            ),
+        meta = _map(raw.get("metadata"))
+        endpoints = []
+        for e in map(_map, _list(raw.get("endpoints"))):
+            ref = _map(e.get("targetRef"))
+            ready = _map(e.get("conditions")).get("ready")
+            endpoints.append(
+                Endpoint(
+                    addresses=tuple(str(a) for a in _list(e.get("addresses"))),
+                    target_kind=str(ref.get("kind") or ""),
+                    target_name=str(ref.get("name") or ""),
+                    target_uid=str(ref.get("uid") or ""),
+                    ready=ready if isinstance(ready, bool) else None,
+                )
+            )
+        ports = tuple(
+            EndpointPort(
+                port=p["port"] if isinstance(p.get("port"), int) else None,
+                name=None if p.get("name") is None else str(p["name"]),
+                protocol=str(p.get("protocol") or "TCP"),
+            )
+            for p in map(_map, _list(raw.get("ports")))
         )
+        return cls(
+            name=str(meta.get("name") or ""),
+            addresses=tuple(a for e in endpoints for a in e.addresses),
+            service=_strings(meta.get("labels")).get(SERVICE_NAME_LABEL, ""),
+            endpoints=tuple(endpoints),
+            ports=ports,
+        )
+
+    def listing(self, addresses: Collection[str], uids: Collection[str]) -> list[str]:
+        """What of a member this slice lists: each of ``addresses`` it lists, and
+        ``targetRef <uid>`` for an endpoint whose ``targetRef.uid`` is one of ``uids``
+        (whatever address it carries)."""
+        found: list[str] = []
+        for e in self.endpoints:
+            for a in e.addresses:
+                if a in addresses and a not in found:
+                    found.append(a)
+            if e.target_uid and e.target_uid in uids:
+                ref = f"targetRef {e.target_uid}"
+                if ref not in found:
+                    found.append(ref)
+        return found
 
 
 @dataclass(frozen=True)

@@ -257,6 +257,9 @@ class RetirementState(Progress):
     request: RetirementRequest
     target: Target | None = None
     last_readings: dict[str, str] = Field(default_factory=dict)
+    #: Every router removal withdrawal asked for in this attempt (``<router Pod UID>|<worker
+    #: URL>``): the restore adds these very URLs back.
+    router_removals: list[str] = Field(default_factory=list)
     deleted: DeleteResult | None = None
     restored: RestoreResult | None = None
     #: Every attempt so far (earlier ones carried across continue-as-new), this one last.

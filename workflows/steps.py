@@ -146,6 +146,10 @@ class Steps:
                             reason=f"{PHASE_ACTIVITY[phase].__name__} failed: {e.cause or e}")
         if obs.readings:
             self._update(last_readings=dict(obs.readings))
+        if obs.router_removals:
+            known = self._state().router_removals
+            self._update(router_removals=[*known, *(r for r in obs.router_removals
+                                                    if r not in known)])
         return Answered(at=now, phase=phase, verdict=obs.verdict, reason=obs.reason,
                         polls=obs.polls)
 
@@ -236,6 +240,7 @@ class Steps:
             poll_interval_s=s.request.budgets.poll_interval_s,
             routerless_policy=s.request.routerless_policy,
             quiet_window_s=s.request.quiet_window_s,
+            router_removals=list(s.router_removals),
         )
 
     async def _until_done(

@@ -127,6 +127,9 @@ async def retire(
     ordinal: int,
     budgets: Budgets = SHORT,
 ) -> WorkflowHandle[Any, RetirementState]:
+    """Scale the spec below ``ordinal`` (admission refuses a replica the spec declares),
+    then start its retirement directly, as the watcher would."""
+    scale(ctx, name, ordinal)
     req = RetirementRequest(
         namespace=ctx.ns, deployment=name, role="server", ordinal=ordinal, budgets=budgets
     )
@@ -147,7 +150,9 @@ async def retire_routerless(
     budgets: Budgets,
     quiet_s: float,
 ) -> WorkflowHandle[Any, RetirementState]:
-    """Retire ordinal 1 of a router-less deployment under the quiet-window policy."""
+    """Scale the spec to one replica and retire ordinal 1 of a router-less deployment
+    under the quiet-window policy."""
+    scale(ctx, name, 1)
     req = RetirementRequest(
         namespace=ctx.ns,
         deployment=name,
@@ -296,8 +301,15 @@ async def test_replaced_pod_mid_drain_survives(ctx: Ctx) -> None:
     budgets = Budgets(overall_s=60, withdrawal_s=20, drain_s=30, settle_s=10, poll_interval_s=0.5)
     handle = await retire_routerless(ctx, name, budgets=budgets, quiet_s=1)
     await wait_state(handle, Phase.DRAINING)
-    # Someone else replaces the Pod: same name, new UID (the stand-in operator recreates it).
+    # Someone else replaces the Pod: same name, new UID (the spec no longer declares the
+    # ordinal, so the stand-in operator will not: the test recreates it).
     ctx.core.delete_namespaced_pod(victim.metadata.name, ctx.ns, grace_period_seconds=0)
+    await eventually_in_thread(
+        lambda: not pods_of(ctx, name, 1), what="victim gone", timeout=30, ignore=(Exception,))
+    ctx.core.create_namespaced_pod(ctx.ns, client.V1Pod(
+        metadata=client.V1ObjectMeta(name=victim.metadata.name, labels=victim.metadata.labels,
+                                     annotations=victim.metadata.annotations),
+        spec=victim.spec))
 
     def replacement() -> client.V1Pod | None:
         ps = pods_of(ctx, name, 1)

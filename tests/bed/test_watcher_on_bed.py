@@ -368,7 +368,7 @@ async def test_departed_role_is_retired_replica_by_replica(wctx: WatchCtx) -> No
 async def test_orphan_left_by_a_terminated_workflow_is_repaired(wctx: WatchCtx) -> None:
     name = "orphan"
     victim, _hub = await held_victim(wctx, name, running=1)
-    # A retirement started by hand (no intent: the spec still declares ordinal 1) ...
+    # A retirement started by hand (the spec is scaled to 1 for it) ...
     handle = await retire_routerless(
         wctx,
         name,
@@ -385,6 +385,7 @@ async def test_orphan_left_by_a_terminated_workflow_is_repaired(wctx: WatchCtx) 
     )
     # ... terminated mid-drain: no restore runs, the member is left disqualified.
     await handle.terminate("on-call terminated it")
+    scale(wctx, name, 2)  # ... and the spec declares ordinal 1 again: no intent left
     pod = wctx.core.read_namespaced_pod(victim.metadata.name, wctx.ns)
     assert LABEL_ELIGIBLE not in (pod.metadata.labels or {})
     health = wctx.watcher("--health-address", "127.0.0.1:0")

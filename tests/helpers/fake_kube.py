@@ -335,22 +335,51 @@ class FakeKube:
             )
 
     def set_endpoints(
-        self, service: str, addresses: Sequence[str], *, namespace: str = "default"
+        self,
+        service: str,
+        addresses: Sequence[str],
+        *,
+        namespace: str = "default",
+        target_uids: Sequence[str | None] | None = None,
+        ports: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
-        """The one EndpointSlice of ``service`` now lists ``addresses``."""
+        """The one EndpointSlice of ``service`` now lists ``addresses`` (each endpoint with
+        a Pod ``targetRef`` of the same position's UID in ``target_uids``, when given)."""
+        uids = list(target_uids) if target_uids is not None else [None] * len(addresses)
+        self.add_endpoint_slice(
+            f"{service}-slice",
+            service=service,
+            endpoints=[
+                {"addresses": [a]} | ({"targetRef": {"kind": "Pod", "uid": u}} if u else {})
+                for a, u in zip(addresses, uids, strict=True)
+            ],
+            namespace=namespace,
+            ports=ports,
+        )
+
+    def add_endpoint_slice(
+        self,
+        name: str,
+        *,
+        service: str | None,
+        endpoints: Sequence[Mapping[str, Any]],
+        namespace: str = "default",
+        ports: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
+        """Create (or replace) an EndpointSlice with raw ``endpoints``, owned by ``service``
+        (the ``kubernetes.io/service-name`` label; None: no owning Service)."""
         with self._lock:
-            name = f"{service}-slice"
-            self.endpoint_slices[(namespace, name)] = self._stamp(
-                {
-                    "metadata": {
-                        "name": name,
-                        "namespace": namespace,
-                        "labels": {"kubernetes.io/service-name": service},
-                    },
-                    "endpoints": [{"addresses": [a]} for a in addresses],
-                },
-                "slice",
-            )
+            meta: dict[str, Any] = {"name": name, "namespace": namespace}
+            if service is not None:
+                meta["labels"] = {"kubernetes.io/service-name": service}
+            body: dict[str, Any] = {
+                "metadata": meta,
+                "addressType": "IPv4",
+                "endpoints": [dict(e) for e in endpoints],
+            }
+            if ports is not None:
+                body["ports"] = [dict(p) for p in ports]
+            self.endpoint_slices[(namespace, name)] = self._stamp(body, "slice")
 
     def add_workload(
         self,
@@ -591,6 +620,15 @@ class FakeKube:
                 and matches(
                     b["metadata"].get("labels") or {}, f"kubernetes.io/service-name={service}"
                 )
+            ]
+
+    def list_namespace_endpoint_slices(self, *, namespace: str) -> list[EndpointSlice]:
+        with self._lock:
+            self._enter("list_namespace_endpoint_slices", namespace=namespace)
+            return [
+                EndpointSlice.from_raw(copy.deepcopy(b))
+                for (ns, _), b in sorted(self.endpoint_slices.items())
+                if ns == namespace
             ]
 
     # ------------------------------------------------------------ Workloads

@@ -25,9 +25,10 @@ READS = {"get_deployment", "list_pods", "list_workloads"}
 
 
 def cluster(*pods: dict[str, Any], md: dict[str, Any] | None = None) -> FakeKube:
-    """A deployment ``llm`` (vLLM 0.29.0, 2 single-member replicas) and ``pods``."""
+    """A deployment ``llm`` (vLLM 0.29.0, scaled down to 1 single-member replica: replica 1
+    is a count trim) and ``pods``."""
     kube = FakeKube()
-    kube.add_deployment(md or model_deployment(MD, namespace=NS, uid="md-uid", replicas=2))
+    kube.add_deployment(md or model_deployment(MD, namespace=NS, uid="md-uid", replicas=1))
     for p in pods:
         kube.add_pod(p)
     return kube
@@ -95,7 +96,7 @@ def test_admit_binds_the_replica_and_only_reads() -> None:
 
 
 def test_admit_binds_the_status_observed_generation() -> None:
-    md = model_deployment(MD, namespace=NS, uid="md-uid")
+    md = model_deployment(MD, namespace=NS, uid="md-uid", replicas=1)
     md["status"] = {"observedGeneration": 7}
     admission = admit(cluster(replica(1), md=md))
     assert admission.target is not None
@@ -120,7 +121,7 @@ def test_admit_without_kueue_binds_no_workload() -> None:
 
 
 def test_admit_binds_every_member_of_a_leader_served_group_and_measures_the_leader() -> None:
-    md = model_deployment(MD, namespace=NS, replicas=2, size=2)
+    md = model_deployment(MD, namespace=NS, replicas=1, size=2)
     pods = [
         # A follower's metrics annotation is not read: a bad one does not refuse.
         member_pod(
@@ -230,7 +231,7 @@ REFUSALS: dict[str, tuple[Callable[[], FakeKube], dict[str, Any], str]] = {
         "role server is still in the spec",
     ),
     "size-mismatch": (
-        lambda: cluster(replica(1), md=model_deployment(MD, namespace=NS, size=2)),
+        lambda: cluster(replica(1), md=model_deployment(MD, namespace=NS, replicas=1, size=2)),
         {},
         "declared size 2 != 1 member Pods",
     ),
@@ -256,7 +257,7 @@ REFUSALS: dict[str, tuple[Callable[[], FakeKube], dict[str, Any], str]] = {
         lambda: cluster(
             member_pod("llm-1-a", deployment=MD, ordinal=1, member=1, uid="a", ip="198.18.1.1"),
             member_pod("llm-1-b", deployment=MD, ordinal=1, member=1, uid="b", ip="198.18.1.2"),
-            md=model_deployment(MD, namespace=NS, size=2),
+            md=model_deployment(MD, namespace=NS, replicas=1, size=2),
         ),
         {},
         "leadership missing",
@@ -296,6 +297,110 @@ def test_admit_refuses_with_a_reason_and_touches_nothing(
 def test_admit_a_replica_that_never_started_is_not_refused() -> None:
     admission = admit(cluster(replica(1, container_id=None, ready="False")))
     assert admission.target is not None, admission.refusal
+
+
+# ---------------------------------------------------------------- the intent, derived again
+
+
+def assert_refused(kube: FakeKube, admission: Admission, reason: str) -> None:
+    assert admission.target is None
+    assert admission.refusal == reason
+    assert_read_only(kube)
+
+
+def test_admit_refuses_a_replica_the_spec_still_declares() -> None:
+    """``retire start … --ordinal 0``: replica 0 of a deployment of one replica serves."""
+    kube = cluster(replica(0), replica(1))
+    assert_refused(
+        kube,
+        admit(kube, ordinal=0),
+        "the spec still declares server ordinal 0 (replicas 1): it is not a removal intent",
+    )
+
+
+def test_admit_refuses_an_ordinal_the_spec_declares_again() -> None:
+    md = model_deployment(MD, namespace=NS, replicas=2)  # scaled back up meanwhile
+    kube = cluster(replica(0), replica(1), md=md)
+    assert_refused(
+        kube,
+        admit(kube, ordinal=1),
+        "the spec still declares server ordinal 1 (replicas 2): it is not a removal intent",
+    )
+
+
+def test_admit_reads_the_pods_as_the_watcher_does() -> None:
+    kube = cluster(replica(0), replica(1))
+    assert admit(kube).target is not None
+    [call] = kube.called("list_pods")
+    assert call.args["selector"] == (
+        f"app.kubernetes.io/name=model-deployment,app.kubernetes.io/instance={MD}"
+    )
+
+
+def test_admit_a_count_trim_request_for_a_departed_role_is_admitted() -> None:
+    """The CLI asks for a count trim; a role gone from the spec is still an intent."""
+    md = model_deployment(MD, namespace=NS, role_name="other")
+    kube = cluster(member_pod("llm-old-0", deployment=MD, role="old", ordinal=0, uid="u"), md=md)
+    admission = admit(kube, role_name="old", ordinal=0)
+    assert admission.target is not None, admission.refusal
+
+
+def surplus_cluster(*names: str) -> FakeKube:
+    """Replica 1 of a deployment of 2 single-member replicas, with members ``names``."""
+    md = model_deployment(MD, namespace=NS, replicas=2, size=1)
+    pods = [
+        member_pod(n, deployment=MD, ordinal=1, uid=f"uid-{n}", ip=f"198.18.1.{20 + i}")
+        for i, n in enumerate(names)
+    ]
+    return cluster(replica(0), *pods, md=md)
+
+
+def test_admit_a_surplus_member_that_is_still_surplus() -> None:
+    kube = surplus_cluster("llm-1-a", "llm-1-b")
+    admission = admit(kube, intent=IntentKind.SURPLUS_SHED, members=["llm-1-b"])
+    assert admission.target is not None, admission.refusal
+    assert [m.pod for m in admission.target.members] == ["llm-1-b"]
+
+
+def test_admit_refuses_a_surplus_whose_kept_member_died() -> None:
+    """The kept member went away between the watcher's pass and admission: the surplus
+    member is now the replica's only member, and it serves."""
+    kube = surplus_cluster("llm-1-a", "llm-1-b")
+    kube.remove_pod("llm-1-a")
+    assert_refused(
+        kube,
+        admit(kube, intent=IntentKind.SURPLUS_SHED, members=["llm-1-b"]),
+        "replica server ordinal 1 has no surplus member any more: nothing to shed",
+    )
+
+
+def test_admit_refuses_a_member_that_is_no_longer_the_surplus() -> None:
+    """The kept member died and another Pod came up: the requested member is the one kept
+    now, the newcomer is the surplus."""
+    kube = surplus_cluster("llm-1-b", "llm-1-c")
+    assert_refused(
+        kube,
+        admit(kube, intent=IntentKind.SURPLUS_SHED, members=["llm-1-b"]),
+        "llm-1-b of replica server ordinal 1 is no longer surplus (the surplus is now "
+        "llm-1-c): it would be retired while it serves",
+    )
+
+
+def test_admit_refuses_a_surplus_whose_kept_member_is_terminating() -> None:
+    kube = surplus_cluster("llm-1-a", "llm-1-b")
+    kube.pods[(NS, "llm-1-a")]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    admission = admit(kube, intent=IntentKind.SURPLUS_SHED, members=["llm-1-b"])
+    assert admission.target is None and "llm-1-a is already terminating" in admission.refusal
+
+
+def test_admit_refuses_a_departed_role_that_is_declared_again() -> None:
+    kube = cluster(member_pod("llm-old-0", deployment=MD, role="old", ordinal=0, uid="u"),
+                   md=model_deployment(MD, namespace=NS, role_name="old", replicas=1))
+    assert_refused(
+        kube,
+        admit(kube, intent=IntentKind.DEPARTED_ROLE, role_name="old", ordinal=0),
+        "role old is still in the spec: not a departed role",
+    )
 
 
 # ---------------------------------------------------------------- Kubernetes errors

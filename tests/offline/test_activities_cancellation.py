@@ -30,7 +30,7 @@ INTERVAL_S = 30.0
 
 def admitted() -> tuple[FakeKube, Target]:
     kube = FakeKube()
-    kube.add_deployment(model_deployment(MD, namespace=NS))
+    kube.add_deployment(model_deployment(MD, namespace=NS, replicas=1))
     kube.add_pod(member_pod("llm-1", deployment=MD, ordinal=1, uid="uid-1", ip="198.18.1.11"))
     req = RetirementRequest(namespace=NS, deployment=MD, role="server", ordinal=1)
     admission: Admission = ActivityEnvironment().run(

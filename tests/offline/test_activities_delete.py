@@ -14,7 +14,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities import RetirementActivities
-from kube.errors import Conflict, Forbidden, KubeError, Unavailable
+from kube.errors import Conflict, Forbidden, Invalid, KubeError, Unavailable
 from retirement.models import (
     Admission,
     AdmitInput,
@@ -44,7 +44,7 @@ def admitted(
     """Replica 1 of ``llm`` (two members; with ``workload``, a Workload owned by both)
     admitted, beside replica 0 that must never be touched."""
     kube = kube or FakeKube()
-    kube.add_deployment(model_deployment(MD, namespace=NS, size=2))
+    kube.add_deployment(model_deployment(MD, namespace=NS, replicas=1, size=2))
     kube.add_pod(member(0))
     kube.add_pod(member(1))
     kube.add_pod(
@@ -88,9 +88,14 @@ def settle(
     beats: list[Any] = [] if heartbeats is None else heartbeats
 
     def beat(*details: Any) -> None:
-        beats.extend(details)
-        if on_beat is not None:
-            on_beat(len(beats))
+        # One heartbeat per poll: the polling loop may beat the same details again while
+        # it waits (so that a cancel reaches it); those repeats are not another poll.
+        for d in details:
+            if beats and d == beats[-1]:
+                continue
+            beats.append(d)
+            if on_beat is not None:
+                on_beat(len(beats))
 
     env.on_heartbeat = beat
     obs: Observation = env.run(RetirementActivities(kube).settle, phase(target, seconds))
@@ -184,11 +189,67 @@ def test_a_failed_delete_raises_and_a_retry_finishes_the_job(
         delete(kube, target)
     assert info.value.type == type(error).__name__
     assert info.value.non_retryable is not retryable
-    assert uid_of(kube, "llm-1-0") == "uid-0"  # the first delete failed: nothing else ran
-    assert len(kube.called("delete_pod")) == 1
+    assert uid_of(kube, "llm-1-0") == "uid-0"  # the first delete failed
+    assert uid_of(kube, "llm-1-1") is None  # the second was attempted all the same
+    assert len(kube.called("delete_pod")) == 2
     result = delete(kube, target)
-    assert result.deleted == ["llm-1-0", "llm-1-1"]
+    assert result == DeleteResult(deleted=["llm-1-0"], already_gone=["llm-1-1"], workload="none")
     assert uid_of(kube, "llm-0-0") == "keep"
+
+
+def test_a_refused_delete_does_not_stop_the_remaining_deletes() -> None:
+    """After the point of no return a 422 on one member's delete (the server refuses the
+    request as written) must not leave the other members serving: every delete is
+    attempted, then the failure is reported, naming the member."""
+    kube, target = admitted(workload="wl")
+    kube.fail("delete_pod", Invalid("delete Pod default/llm-1-0", status=422, reason="Invalid"))
+    with pytest.raises(ApplicationError) as info:
+        delete(kube, target)
+    assert [c.args["name"] for c in kube.called("delete_pod")] == ["llm-1-0", "llm-1-1"]
+    assert uid_of(kube, "llm-1-1") is None and uid_of(kube, "llm-1-0") == "uid-0"
+    assert info.value.type == "Invalid"
+    message = info.value.message
+    assert message.startswith("delete 1 of 2 admitted Pods: HTTP 422 Invalid")
+    assert "llm-1-0: delete Pod default/llm-1-0: HTTP 422" in message
+    assert "(deleted or gone: llm-1-1)" in message
+    # The Workload is left for the retry: a member it owns is still there.
+    assert kube.called("delete_workload") == [] and (NS, "wl") in kube.workloads
+    result = delete(kube, target)
+    assert result == DeleteResult(
+        deleted=["llm-1-0"], already_gone=["llm-1-1"], workload="deleted"
+    )
+
+
+@pytest.mark.parametrize("status", [400, 422])
+def test_every_refused_delete_is_named(status: int) -> None:
+    kube, target = admitted()
+    kube.fail("delete_pod", Invalid("delete Pod", status=status), times=2)
+    with pytest.raises(ApplicationError) as info:
+        delete(kube, target)
+    assert len(kube.called("delete_pod")) == 2
+    assert info.value.type == "Invalid" and info.value.non_retryable
+    assert "delete 2 of 2 admitted Pods" in str(info.value)
+    assert "llm-1-0: " in str(info.value) and "llm-1-1: " in str(info.value)
+
+
+def test_a_retryable_failure_among_the_deletes_asks_for_a_retry() -> None:
+    kube, target = admitted()
+    kube.fail("delete_pod", Invalid("delete Pod", status=422))
+    kube.fail("delete_pod", Unavailable("delete Pod", status=503))
+    with pytest.raises(ApplicationError) as info:
+        delete(kube, target)
+    assert info.value.type == "Unavailable" and not info.value.non_retryable
+    assert "delete 2 of 2 admitted Pods" in str(info.value)
+
+
+def test_a_replaced_member_is_named_when_another_delete_fails() -> None:
+    kube, target = admitted()
+    kube.add_pod(member(1, uid="uid-new"))
+    kube.fail("delete_pod", Forbidden("delete Pod", status=403))
+    with pytest.raises(ApplicationError) as info:
+        delete(kube, target)
+    assert "(replaced, not touched: llm-1-1)" in str(info.value)
+    assert uid_of(kube, "llm-1-1") == "uid-new"
 
 
 class SecondDeleteFails(FakeKube):

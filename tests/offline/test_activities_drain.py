@@ -13,15 +13,19 @@ from dataclasses import replace as dc_replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import ActivityEnvironment
 
 from activities import RetirementActivities
+from activities import drain as drain_module
 from activities.drain import OUTPUT_CAP
 from activities.oneshot import EXEC_TIMEOUT_S, SCRIPT
 from kube.api import ExecResult
 from kube.errors import Forbidden, Unavailable
+from kube.objects import Pod
+from retirement.drain import DrainProgress, observe_round, resume
 from retirement.models import (
     Admission,
     AdmitInput,
@@ -31,9 +35,9 @@ from retirement.models import (
     RetirementRequest,
     Target,
 )
-from retirement.names import LABEL_ELIGIBLE
+from retirement.names import LABEL_ELIGIBLE, LABEL_ROUTER
 from retirement.phases import Verdict
-from retirement.readings import SERIES
+from retirement.readings import SERIES, Sample
 from tests.helpers import model_deployment
 from tests.helpers.fake_kube import FakeKube, member_pod, oneshot_stdout
 
@@ -57,14 +61,26 @@ def single(**kw: Any) -> dict[str, Any]:
 
 
 def admitted(
-    *pods: dict[str, Any], engine: str = "vLLM", size: int = 1, extra_args: list[str] | None = None
+    *pods: dict[str, Any],
+    engine: str = "vLLM",
+    size: int = 1,
+    extra_args: list[str] | None = None,
+    router: str | None = None,
+    kube: FakeKube | None = None,
 ) -> tuple[FakeKube, Target]:
     """Replica 1 of ``llm`` admitted (and its label taken off, as disqualify leaves it)."""
-    kube = FakeKube()
+    kube = kube or FakeKube()
     version = "0.5.21" if engine == "SGLang" else "0.29.0"
     kube.add_deployment(
         model_deployment(
-            MD, namespace=NS, engine=engine, version=version, size=size, extra_args=extra_args
+            MD,
+            namespace=NS,
+            engine=engine,
+            version=version,
+            replicas=1,  # replica 1 is a count trim
+            size=size,
+            extra_args=extra_args,
+            router=router,
         )
     )
     for p in pods or (single(),):
@@ -88,15 +104,23 @@ def drain(
     heartbeats: list[Any] | None = None,
     on_beat: Callable[[int], None] | None = None,
     resume: list[Any] | None = None,
+    interval: float = 0.01,
 ) -> Observation:
-    """Run the drain activity with a 10 ms poll interval until ``seconds`` from now."""
+    """Run the drain activity (by default with a 10 ms poll interval) until ``seconds``
+    from now; ``heartbeats`` gets each round's heartbeat, and ``on_beat`` is called with
+    the number of rounds heartbeated so far."""
     env = ActivityEnvironment()
     beats: list[Any] = [] if heartbeats is None else heartbeats
 
     def beat(*details: Any) -> None:
-        beats.extend(details)
-        if on_beat is not None:
-            on_beat(len(beats))
+        # One heartbeat per round: the polling loop may beat the same details again while
+        # it waits (so that a cancel reaches it); those repeats are not another round.
+        for d in details:
+            if beats and d == beats[-1]:
+                continue
+            beats.append(d)
+            if on_beat is not None:
+                on_beat(len(beats))
 
     env.on_heartbeat = beat
     if resume is not None:
@@ -104,7 +128,7 @@ def drain(
     inp = PhaseInput(
         target=target,
         deadline=datetime.now(UTC) + timedelta(seconds=seconds),
-        poll_interval_s=0.01,
+        poll_interval_s=interval,
     )
     obs: Observation = env.run(RetirementActivities(kube).drain, inp)
     return obs
@@ -118,9 +142,20 @@ def as_the_worker_would_decode(details: Any) -> Any:
     return decoded
 
 
+#: What a drain may call: the reads and execs, and the withdrawal's read-only re-check.
+READS = {
+    "read_pod",
+    "exec_pod",
+    "list_services",
+    "list_endpoint_slices",
+    "list_namespace_endpoint_slices",
+    "list_pods",
+}
+
+
 def assert_no_writes(kube: FakeKube) -> None:
     methods = {c.method for c in kube.calls}
-    assert methods <= {"read_pod", "exec_pod"}, methods
+    assert methods <= READS, methods
 
 
 # ---------------------------------------------------------------- VERIFIED
@@ -357,7 +392,10 @@ def test_a_retried_drain_resumes_the_rule_from_the_last_heartbeat() -> None:
     assert obs.verdict is Verdict.UNKNOWN and obs.reason == "first idle read"
 
     beats: list[Any] = []
-    obs = drain(kube, target, heartbeats=beats, resume=[as_the_worker_would_decode(first[-1])])
+    obs = drain(  # resumed within two poll intervals of the previous idle read
+        kube, target, heartbeats=beats, resume=[as_the_worker_would_decode(first[-1])],
+        interval=1.0,
+    )
     assert obs.verdict is Verdict.VERIFIED
     assert obs.polls == 1  # the previous attempt's idle read is the first of the two
     assert beats[0].progress.rounds == 2
@@ -371,7 +409,10 @@ def test_a_resumed_drain_still_checks_the_counters() -> None:
     drain(kube, target, seconds=0.0, heartbeats=first)
     answer[0] = idle((8, 9))  # work was done between the attempts
     beats: list[Any] = []
-    obs = drain(kube, target, heartbeats=beats, resume=[as_the_worker_would_decode(first[-1])])
+    obs = drain(
+        kube, target, heartbeats=beats, resume=[as_the_worker_would_decode(first[-1])],
+        interval=0.5,
+    )
     assert obs.verdict is Verdict.VERIFIED and obs.polls == 2
     assert beats[0].progress.previous_idle["llm-1"].counters == (8.0, 9.0)
 
@@ -395,14 +436,64 @@ def test_unreadable_heartbeat_details_start_the_rule_afresh(details: list[Any]) 
     assert beats[0].progress.rounds == 1
 
 
+
+
+def test_a_resumed_drain_discards_an_idle_read_older_than_two_poll_intervals() -> None:
+    kube, target = admitted()
+    kube.script_exec("llm-1", IDLE)
+    first: list[Any] = []
+    drain(kube, target, seconds=0.0, heartbeats=first)
+    stale = as_the_worker_would_decode(first[-1])
+    stale["progress"]["previous_idle_at"] = (datetime.now(UTC) - timedelta(minutes=5)).isoformat()
+    beats: list[Any] = []
+    obs = drain(kube, target, heartbeats=beats, resume=[stale], interval=0.05)
+    assert obs.verdict is Verdict.VERIFIED
+    assert obs.polls == 2  # the old read is not the first of the two
+    assert beats[0].progress.rounds == 2  # the count goes on; the comparison starts afresh
+    assert beats[0].progress.previous_idle_at > datetime.now(UTC) - timedelta(seconds=5)
+
+
+def test_a_resumed_drain_discards_an_idle_read_of_unknown_age() -> None:
+    """Heartbeat details that do not say when the idle read was taken (an earlier build's)
+    cannot prove the read is recent: it is discarded, never compared against."""
+    kube, target = admitted()
+    kube.script_exec("llm-1", IDLE)
+    first: list[Any] = []
+    drain(kube, target, seconds=0.0, heartbeats=first)
+    undated = as_the_worker_would_decode(first[-1])
+    undated["progress"].pop("previous_idle_at", None)
+    obs = drain(kube, target, resume=[undated], interval=0.05)
+    assert obs.verdict is Verdict.VERIFIED
+    assert obs.polls == 2
+
+
+def test_a_resumed_drain_discards_an_idle_read_from_the_future() -> None:
+    kube, target = admitted()
+    kube.script_exec("llm-1", IDLE)
+    first: list[Any] = []
+    drain(kube, target, seconds=0.0, heartbeats=first)
+    skewed = as_the_worker_would_decode(first[-1])
+    skewed["progress"]["previous_idle_at"] = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    obs = drain(kube, target, resume=[skewed], interval=0.05)
+    assert obs.verdict is Verdict.VERIFIED and obs.polls == 2
+
+
+def test_the_rule_keeps_a_recent_read_and_drops_a_stale_one() -> None:
+    now = datetime.now(UTC)
+    read = {"m": Sample(complete=True, in_flight=0, counters=(1.0, 2.0))}
+    recent = DrainProgress(
+        rounds=3, previous_idle=read, previous_idle_at=now - timedelta(seconds=1)
+    )
+    assert resume(recent, now=now, poll_interval_s=1.0) == recent
+    old = recent.model_copy(update={"previous_idle_at": now - timedelta(seconds=2.5)})
+    assert resume(old, now=now, poll_interval_s=1.0) == DrainProgress(rounds=3)
+    undated = recent.model_copy(update={"previous_idle_at": None})
+    assert resume(undated, now=now, poll_interval_s=1.0) == DrainProgress(rounds=3)
+
+
 # ---------------------------------------------------------------- withdrawal still holds
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug (SPEC section 4): the drain VERIFIES although the eligibility label came "
-    "back on the member during the drain (drain() never checks the withdrawal still holds)",
-)
 def test_a_drain_does_not_verify_once_the_label_is_back() -> None:
     kube, target = admitted()
     kube.script_exec("llm-1", IDLE)
@@ -412,14 +503,76 @@ def test_a_drain_does_not_verify_once_the_label_is_back() -> None:
             kube.set_label("llm-1", LABEL_ELIGIBLE, "true")
 
     obs = drain(kube, target, seconds=0.1, on_beat=relabelled)
-    assert obs.verdict is not Verdict.VERIFIED
+    assert obs.verdict is Verdict.FAILED
+    assert obs.polls == 2
+    assert obs.reason == (
+        f"label re-added by someone else: llm-1 has {LABEL_ELIGIBLE}='true'"
+    )
+    assert obs.readings["label/llm-1"] == "re-added ('true')"
+    assert kube.pod_labels("llm-1")[LABEL_ELIGIBLE] == "true"  # the drain changes nothing
+    assert_no_writes(kube)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug (SPEC section 4): the drain VERIFIES although a Service lists the member "
-    "again during the drain (withdrawal is not re-confirmed across the two idle reads)",
-)
+def test_the_label_back_on_a_member_that_is_not_measured_fails_the_drain() -> None:
+    pods = [
+        member_pod("llm-1-0", deployment=MD, ordinal=1, member=0, uid="a", ip="198.18.1.20"),
+        member_pod("llm-1-1", deployment=MD, ordinal=1, member=1, uid="b", ip="198.18.1.21"),
+    ]
+    kube, target = admitted(*pods, size=2)
+    assert target.measured == ("llm-1-0",)
+    kube.script_exec("llm-1-0", IDLE)
+    kube.set_label("llm-1-1", LABEL_ELIGIBLE, "true")
+    obs = drain(kube, target)
+    assert obs.verdict is Verdict.FAILED and obs.polls == 1
+    assert obs.reason.startswith("label re-added by someone else: llm-1-1 has")
+
+
+def test_every_round_reads_the_label_of_every_member() -> None:
+    pods = [
+        member_pod("llm-1-0", deployment=MD, ordinal=1, member=0, uid="a", ip="198.18.1.20"),
+        member_pod("llm-1-1", deployment=MD, ordinal=1, member=1, uid="b", ip="198.18.1.21"),
+    ]
+    kube, target = admitted(*pods, size=2)
+    kube.script_exec("llm-1-0", busy(1), IDLE)
+    obs = drain(kube, target)
+    assert obs.verdict is Verdict.VERIFIED and obs.polls == 3
+    follower_reads = [c for c in kube.called("read_pod") if c.args["name"] == "llm-1-1"]
+    assert len(follower_reads) == 3  # one per round, though it is never exec'd into
+    assert {c.args["name"] for c in kube.called("exec_pod")} == {"llm-1-0"}
+
+
+def test_a_member_gone_that_is_not_measured_fails_the_drain() -> None:
+    pods = [
+        member_pod("llm-1-0", deployment=MD, ordinal=1, member=0, uid="a", ip="198.18.1.20"),
+        member_pod("llm-1-1", deployment=MD, ordinal=1, member=1, uid="b", ip="198.18.1.21"),
+    ]
+    kube, target = admitted(*pods, size=2)
+    kube.script_exec("llm-1-0", IDLE)
+    kube.remove_pod("llm-1-1")
+    obs = drain(kube, target)
+    assert obs.verdict is Verdict.FAILED and obs.reason == "member llm-1-1 is gone"
+
+
+class SixthPodReadFails(FakeKube):
+    """Round 2's re-check of the label (the sixth Pod read: before, after, label per
+    round) meets an API server that is away."""
+
+    def read_pod(self, *, namespace: str, name: str) -> Pod:
+        if len(self.called("read_pod")) == 5:
+            self.fail("read_pod", Unavailable("read Pod", status=503))
+        return super().read_pod(namespace=namespace, name=name)
+
+
+def test_a_failed_label_read_holds_and_the_next_round_goes_on() -> None:
+    kube, target = admitted(kube=SixthPodReadFails())
+    kube.script_exec("llm-1", IDLE)
+    beats: list[Any] = []
+    obs = drain(kube, target, heartbeats=beats)
+    assert obs.verdict is Verdict.VERIFIED and obs.polls == 4
+    assert beats[1].readings == {"llm-1": "in_flight=0 counters=5,7"}  # idle, yet:
+    assert beats[1].progress.previous_idle is None  # not confirmed: not an idle round
+
+
 def test_a_drain_does_not_verify_while_a_service_lists_the_member_again() -> None:
     kube, target = admitted()
     kube.script_exec("llm-1", IDLE)
@@ -431,4 +584,190 @@ def test_a_drain_does_not_verify_while_a_service_lists_the_member_again() -> Non
             kube.set_endpoints("llm", [target.members[0].ip])
 
     obs = drain(kube, target, seconds=0.1, on_beat=relisted)
-    assert obs.verdict is not Verdict.VERIFIED
+    assert obs.verdict is Verdict.UNKNOWN
+    assert obs.reason == "withdrawal not confirmed: service/llm still lists 198.18.1.11"
+    assert obs.readings == {
+        "llm-1": "in_flight=0 counters=5,7",
+        "service/llm": "still lists 198.18.1.11",
+    }
+    assert_no_writes(kube)
+
+
+def test_a_slice_listing_the_member_by_its_uid_holds_the_drain() -> None:
+    """The same evidence as withdrawal: an EndpointSlice naming the member as its
+    ``targetRef`` (whatever address it carries) still sends it work."""
+    kube, target = admitted()
+    kube.script_exec("llm-1", IDLE)
+    kube.add_service("other", selector={"app": "x"})
+    kube.set_endpoints("other", ["198.18.9.9"], target_uids=["uid-1"])
+    obs = drain(kube, target, seconds=0.05)
+    assert obs.verdict is Verdict.UNKNOWN
+    assert obs.reason.startswith("withdrawal not confirmed: service/other still lists")
+
+
+def test_the_per_replica_headless_service_does_not_hold_the_drain() -> None:
+    kube, target = admitted()
+    kube.script_exec("llm-1", IDLE)
+    kube.add_service("llm-1", selector={"app.kubernetes.io/instance": MD}, headless=True)
+    kube.set_endpoints("llm-1", [target.members[0].ip])
+    obs = drain(kube, target)
+    assert obs.verdict is Verdict.VERIFIED and obs.polls == 2
+
+
+def test_idle_reads_around_a_lapse_of_the_withdrawal_do_not_count() -> None:
+    """Idle, then a Service lists the member, then idle: the reads before the lapse are
+    not the first of the two; two idle reads after it, each confirmed, are needed."""
+    kube, target = admitted()
+    kube.script_exec("llm-1", IDLE)
+    kube.add_service("llm", selector={"app.kubernetes.io/instance": MD})
+    kube.set_endpoints("llm", [])
+    beats: list[Any] = []
+
+    def lapse(n: int) -> None:
+        if n == 1:
+            kube.set_endpoints("llm", [target.members[0].ip])
+        elif n == 2:
+            kube.set_endpoints("llm", [])
+
+    obs = drain(kube, target, heartbeats=beats, on_beat=lapse)
+    assert obs.verdict is Verdict.VERIFIED
+    assert obs.polls == 4
+    assert [b.progress.previous_idle is None for b in beats] == [False, True, False, False]
+
+
+def test_each_round_confirms_the_withdrawal_after_its_reads() -> None:
+    """The last confirmation is no older than the second idle read: in every round, the
+    Services (and routers, and labels) are read after the member's one-shot."""
+    kube, target = admitted()
+    kube.script_exec("llm-1", IDLE)
+    kube.add_service("llm", selector={"app.kubernetes.io/instance": MD})
+    kube.set_endpoints("llm", [])
+    obs = drain(kube, target)
+    assert obs.verdict is Verdict.VERIFIED and obs.polls == 2
+    methods = [c.method for c in kube.calls]
+    assert methods.count("list_services") == 2 and methods.count("list_pods") == 2
+    last_exec = len(methods) - 1 - methods[::-1].index("exec_pod")
+    after = set(methods[last_exec:])
+    assert {"read_pod", "list_services", "list_pods"} <= after
+    assert after & {"list_endpoint_slices", "list_namespace_endpoint_slices"}
+
+
+def test_a_failed_service_list_holds() -> None:
+    kube, target = admitted()
+    kube.script_exec("llm-1", IDLE)
+    kube.fail("list_services", Unavailable("list Services", status=503))
+    beats: list[Any] = []
+    obs = drain(kube, target, heartbeats=beats)
+    assert obs.verdict is Verdict.VERIFIED and obs.polls == 3
+    assert beats[0].progress.previous_idle is None
+
+
+def test_the_rule_never_counts_a_round_whose_withdrawal_was_not_confirmed() -> None:
+    read = {"m": Sample(complete=True, in_flight=0, counters=(1.0, 2.0))}
+    p, v, _ = observe_round(DrainProgress(), measured=("m",), samples=read)
+    assert v is Verdict.UNKNOWN and p.previous_idle is not None
+    p, v, why = observe_round(p, measured=("m",), samples=read, not_withdrawn="service x")
+    assert v is Verdict.UNKNOWN and why == "withdrawal not confirmed: service x"
+    assert p.previous_idle is None
+    p, v, why = observe_round(p, measured=("m",), samples=read)
+    assert v is Verdict.UNKNOWN and why == "first idle read"
+    p, v, _ = observe_round(p, measured=("m",), samples=read)
+    assert v is Verdict.VERIFIED and p.rounds == 4
+
+
+# ---------------------------------------------------------------- routers, read again
+
+ROUTER_IP = "198.18.1.2"
+
+
+def router_pod(kind: str = "vllm-router") -> dict[str, Any]:
+    """A router Pod of the deployment (its workers are answered by ``routers``)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "router-0",
+            "namespace": NS,
+            "uid": "uid-router-0",
+            "labels": {"app.kubernetes.io/instance": MD, LABEL_ROUTER: kind},
+        },
+        "spec": {"containers": [{"name": "router", "ports": [{"name": "http",
+                                                              "containerPort": 30000}]}]},
+        "status": {"podIP": ROUTER_IP},
+    }
+
+
+class Routers:
+    """What the vllm-router answers (through a MockTransport: no network)."""
+
+    def __init__(self) -> None:
+        self.urls: list[str] = []
+        self.status = 200
+        self.requests: list[httpx.Request] = []
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        return httpx.Response(self.status, json={"urls": list(self.urls)})
+
+
+@pytest.fixture
+def routers(monkeypatch: pytest.MonkeyPatch) -> Routers:
+    """Make the ``httpx.Client`` the drain opens answer through ``Routers``."""
+    answers = Routers()
+    real = httpx.Client
+
+    def make(**kwargs: Any) -> httpx.Client:
+        return real(transport=httpx.MockTransport(answers.handle), **kwargs)
+
+    monkeypatch.setattr(drain_module.httpx, "Client", make)
+    return answers
+
+
+def test_a_router_that_selects_no_target_confirms_the_withdrawal(routers: Routers) -> None:
+    kube, target = admitted(router="vllm-router")
+    kube.add_pod(router_pod())
+    routers.urls = ["http://198.18.1.10:8000"]
+    kube.script_exec("llm-1", IDLE)
+    obs = drain(kube, target)
+    assert obs.verdict is Verdict.VERIFIED and obs.polls == 2
+    assert [(r.method, r.url.path) for r in routers.requests] == [("GET", "/list_workers")] * 2
+
+
+def test_a_drain_does_not_verify_while_a_router_selects_the_member_again(
+    routers: Routers,
+) -> None:
+    kube, target = admitted(router="vllm-router")
+    kube.add_pod(router_pod())
+    kube.script_exec("llm-1", IDLE)
+
+    def reselected(n: int) -> None:
+        if n == 1:
+            routers.urls = ["http://198.18.1.11:8000"]
+
+    obs = drain(kube, target, seconds=0.1, on_beat=reselected)
+    assert obs.verdict is Verdict.UNKNOWN
+    assert obs.reason == (
+        "withdrawal not confirmed: router/router-0 still selects http://198.18.1.11:8000"
+    )
+    assert {r.method for r in routers.requests} == {"GET"}  # read-only: no removal call
+    assert_no_writes(kube)
+
+
+def test_a_router_without_a_fresh_answer_holds(routers: Routers) -> None:
+    kube, target = admitted(router="vllm-router")
+    kube.add_pod(router_pod())
+    routers.status = 503
+    kube.script_exec("llm-1", IDLE)
+    obs = drain(kube, target, seconds=0.1)
+    assert obs.verdict is Verdict.UNKNOWN
+    assert obs.readings["router/router-0"].startswith("gave no fresh answer: HTTPStatusError")
+
+
+def test_a_declared_router_with_no_router_pod_holds(routers: Routers) -> None:
+    kube, target = admitted(router="vllm-router")
+    kube.script_exec("llm-1", IDLE)
+    obs = drain(kube, target, seconds=0.1)
+    assert obs.verdict is Verdict.UNKNOWN
+    assert obs.reason == (
+        "withdrawal not confirmed: routers router vllm-router declared but no router Pod found"
+    )

@@ -194,6 +194,59 @@ def test_disqualify_holds_when_the_label_keeps_changing() -> None:
     assert len(racing.called("patch_pod")) == LABEL_ATTEMPTS
 
 
+class ConcurrentRemover(FakeKube):
+    """Before each Pod patch, another writer changes the label (``changes`` times, then)
+    removes it: the label goes away between disqualify's read and its write."""
+
+    def __init__(self, *, changes: int = 0) -> None:
+        super().__init__()
+        self.armed, self.changes = False, changes
+
+    def patch_pod(self, *, namespace: str, name: str, ops: list[dict[str, Any]]) -> Pod:
+        if self.armed:
+            if self.changes > 0:
+                self.changes -= 1
+                self.set_label(name, LABEL_ELIGIBLE, f"v{self.changes}", namespace=namespace)
+            else:
+                self.armed = False
+                self.set_label(name, LABEL_ELIGIBLE, None, namespace=namespace)
+        return super().patch_pod(namespace=namespace, name=name, ops=ops)
+
+
+def test_disqualify_reads_a_label_removed_by_someone_else_as_done() -> None:
+    racing = ConcurrentRemover()
+    _, target = admitted(kube=racing)
+    racing.armed = True
+    obs = disqualify(racing, target)
+    assert obs.verdict is Verdict.VERIFIED
+    assert obs.readings == {"llm-1": "label already absent"}
+    assert eligible(racing, "llm-1") is None
+    assert len(racing.called("patch_pod")) == 1  # its test failed; nothing written
+
+
+def test_disqualify_reads_a_label_removed_at_its_last_attempt_as_done() -> None:
+    """The label changes under every allowed write, the last time by being removed: the
+    member is withdrawn as asked, not "changing concurrently" (nor replaced)."""
+    racing = ConcurrentRemover(changes=LABEL_ATTEMPTS - 1)
+    _, target = admitted(kube=racing)
+    racing.armed = True
+    obs = disqualify(racing, target)
+    assert obs.verdict is Verdict.VERIFIED, obs.reason
+    assert obs.readings == {"llm-1": "label already absent"}
+    assert len(racing.called("patch_pod")) == LABEL_ATTEMPTS
+    assert writes(racing) == ["patch_pod"] * LABEL_ATTEMPTS  # every write's test failed
+
+
+def test_disqualify_goes_on_after_a_member_whose_label_someone_else_removed() -> None:
+    racing = ConcurrentRemover()
+    _, target = admitted(group_member(0), group_member(1), size=2, kube=racing)
+    racing.armed = True
+    obs = disqualify(racing, target)
+    assert obs.verdict is Verdict.VERIFIED
+    assert obs.readings == {"llm-1-0": "label already absent", "llm-1-1": "label removed"}
+    assert eligible(racing, "llm-1-0") is None and eligible(racing, "llm-1-1") is None
+
+
 def test_disqualify_fails_on_a_replacement_between_read_and_write() -> None:
     racing = ConcurrentWriter(replace_uid="uid-new")
     _, target = admitted(kube=racing)
@@ -493,11 +546,6 @@ def test_restore_holds_a_group_whose_engine_version_cannot_be_probed(engines: An
 # ---------------------------------------------------------------- restore: read back
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug (SPEC section 6): restore reports a member restored once its label is "
-    "patched, without reading back that the ordinary Services list it again",
-)
 def test_restore_is_not_complete_until_the_services_list_the_member_again() -> None:
     kube, target = disqualified()
     kube.add_service("llm", selector={LABEL_ELIGIBLE: "true", "app.kubernetes.io/instance": MD})

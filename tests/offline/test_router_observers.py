@@ -247,7 +247,6 @@ def test_each_observer_refuses_the_other_routers_shape() -> None:
         assert VllmRouter().view(http, BASE).error.startswith("KeyError")
 
 
-@pytest.mark.xfail(strict=True, reason="deeply nested JSON raises RecursionError out of view()")
 @pytest.mark.parametrize("observer", [SGLangGateway(), VllmRouter()], ids=lambda o: o.kind)
 def test_deeply_nested_json_reads_unknown(observer: RouterObserver) -> None:
     with http_client(answering(200, b"[" * 100_000)) as http:
@@ -255,18 +254,12 @@ def test_deeply_nested_json_reads_unknown(observer: RouterObserver) -> None:
     assert view.error
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a string 'urls' is iterated character by character and "
-    "reads as a valid answer selecting no target",
-)
 def test_vllm_urls_as_a_string_reads_unknown() -> None:
     with http_client(answering(200, {"urls": TARGET_URL})) as http:
         view = VllmRouter().view(http, BASE)
     assert not withdrawn(view, {TARGET_IP})
 
 
-@pytest.mark.xfail(strict=True, reason="a worker with a null url is accepted as worker 'None'")
 def test_sglang_worker_with_null_url_reads_unknown() -> None:
     with http_client(answering(200, {"workers": [{"url": None, "id": "w-0"}]})) as http:
         view = SGLangGateway().view(http, BASE)
@@ -295,11 +288,6 @@ def test_selecting_matches_an_ipv6_member() -> None:
     assert view.selecting({"fd00::5"}) == ["http://[fd00::5]:8000"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a worker URL whose host is not an IP literal cannot be "
-    "matched to a member, yet it reads as 'not a target' (withdrawn)",
-)
 @pytest.mark.parametrize(
     "url",
     ["http://llm-0.llm.demo.svc.cluster.local:8000", "http://llm-0:8000", f"{TARGET_IP}:8000"],
@@ -310,19 +298,12 @@ def test_a_worker_url_whose_host_is_not_an_ip_reads_unknown(url: str) -> None:
     assert not withdrawn(view, {TARGET_IP})
 
 
-@pytest.mark.xfail(strict=True, reason="urlsplit() raises ValueError in RouterView.selecting()")
 def test_an_unparsable_worker_url_reads_unknown() -> None:
     with http_client(answering(200, vllm_urls("http://[::1"))) as http:
         view = VllmRouter().view(http, BASE)
     assert not withdrawn(view, {TARGET_IP})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an IPv6 router Pod address gives the base "
-    "'http://fd00::2:30000' (no brackets, activities/withdrawal._router_base) and "
-    "httpx.InvalidURL escapes view(): it is not an httpx.HTTPError",
-)
 def test_an_ipv6_router_pod_is_observed() -> None:
     pod = Pod.from_raw(router_pod(name="router-v6", kind="vllm-router", ip="fd00::2"))
     base = withdrawal._router_base(pod)
@@ -374,11 +355,6 @@ def test_a_refused_removal_is_left_to_the_next_view(observer: RouterObserver, st
     assert len(log) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="remove() lets httpx transport errors escape, so one "
-    "router's timeout on the removal call fails the whole withdrawal poll",
-)
 @pytest.mark.parametrize("observer", [SGLangGateway(), VllmRouter()], ids=lambda o: o.kind)
 def test_a_removal_that_times_out_does_not_raise(observer: RouterObserver) -> None:
     with http_client(raising(httpx.ReadTimeout)) as http:
@@ -477,14 +453,14 @@ def cluster(*routers: dict[str, Any], services: dict[str, list[str]] | None = No
     return kube
 
 
-@pytest.fixture
-def routed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Handler], list[httpx.Request]]]:
-    """Make the ``httpx.Client`` that ``withdraw`` opens answer through a MockTransport.
+#: The transport ``run_withdraw`` hands to ``withdraw`` (installed by ``routed``).
+_TRANSPORT: dict[str, httpx.BaseTransport] = {}
 
-    ``withdraw`` builds its own client (no transport seam), so the class is replaced for
-    the test; the returned function installs a handler and gives the request log.
-    """
-    real = httpx.Client
+
+@pytest.fixture
+def routed() -> Iterator[Callable[[Handler], list[httpx.Request]]]:
+    """Answer the router calls of ``withdraw`` through a MockTransport (its ``transport``
+    seam); the returned function installs a handler and gives the request log."""
 
     def install(handler: Handler) -> list[httpx.Request]:
         log: list[httpx.Request] = []
@@ -493,13 +469,11 @@ def routed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Handler], list
             log.append(request)
             return handler(request)
 
-        def make(**kwargs: Any) -> httpx.Client:
-            return real(transport=httpx.MockTransport(logged), **kwargs)
-
-        monkeypatch.setattr(withdrawal.httpx, "Client", make)
+        _TRANSPORT["mock"] = httpx.MockTransport(logged)
         return log
 
     yield install
+    _TRANSPORT.clear()
 
 
 def run_withdraw(
@@ -519,7 +493,9 @@ def run_withdraw(
         poll_interval_s=0.01,
         routerless_policy=policy,
     )
-    obs: Observation = env.run(withdrawal.withdraw, kube, inp)
+    obs: Observation = env.run(
+        lambda: withdrawal.withdraw(kube, inp, transport=_TRANSPORT.get("mock"))
+    )
     return obs
 
 
@@ -616,18 +592,12 @@ def test_withdraw_with_two_routers_holds_until_both_stop_selecting(routed: Any) 
     assert obs.readings["router/router-1"].startswith("still selects")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a hostname worker URL is not matched to the member: "
-    "withdraw() reads VERIFIED while the router may still route to it",
-)
 def test_withdraw_holds_on_a_worker_named_by_hostname(routed: Any) -> None:
     routed(answering(200, sglang_workers("http://llm-worker-1.llm.demo.svc:8000")))
     obs = run_withdraw(cluster(router_pod()))
     assert obs.verdict is Verdict.UNKNOWN
 
 
-@pytest.mark.xfail(strict=True, reason="the removal call's ReadTimeout escapes withdraw()")
 def test_withdraw_holds_when_the_removal_call_times_out(routed: Any) -> None:
     def handle(request: httpx.Request) -> httpx.Response:
         if request.method == "DELETE":
@@ -639,7 +609,6 @@ def test_withdraw_holds_when_the_removal_call_times_out(routed: Any) -> None:
     assert obs.verdict is Verdict.UNKNOWN
 
 
-@pytest.mark.xfail(strict=True, reason="RouterView.selecting() raises ValueError out of withdraw()")
 def test_withdraw_holds_on_an_unparsable_worker_url(routed: Any) -> None:
     routed(answering(200, json.dumps({"workers": [{"url": "http://[fd00::5"}]}).encode()))
     obs = run_withdraw(cluster(router_pod()))

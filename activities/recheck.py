@@ -1,0 +1,122 @@
+"""The withdrawal confirmed again, read-only, inside every drain round (SPEC section 4).
+
+Anything can put a replica back in routing after withdrawal verified it: the gpustack
+operator owns the eligibility label, a second watcher, the watcher's own label maintenance.
+So every drain round reads again (after that round's idle reads):
+
+- the eligibility label on every admitted member: back on any of them is a definite
+  conflict with another writer (FAILED, "label re-added by someone else"); a member gone
+  or replaced is FAILED as well;
+- the EndpointSlices of the namespace (but the per-replica headless Services') and every
+  router Pod of the deployment, through the same helpers withdrawal uses
+  (``activities.withdrawal``): a slice listing a target again (any of its addresses, or its
+  UID as ``targetRef``), a router selecting one, no fresh or no readable answer, or a read
+  that failed reads UNKNOWN (the round is not idle).
+
+Nothing here writes: no label change, no router removal call.  A router-less deployment
+has no router to ask (the drain's counter check covers established connections).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from activities.routers import observer_for
+from activities.withdrawal import router_base, router_kind, router_pods, services_listing
+from kube.api import KubeApi
+from kube.errors import KubeError
+from kube.members import MemberGone, read_member
+from kube.objects import Pod
+from retirement.models import Target
+from retirement.names import LABEL_ELIGIBLE
+from retirement.phases import Verdict
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """Whether the withdrawal still holds: VERIFIED, UNKNOWN (not confirmed now) or FAILED
+    (undone by someone else), why, and one reading per thing that was not confirmed."""
+
+    verdict: Verdict
+    reason: str = ""
+    readings: dict[str, str] = field(default_factory=dict)
+    #: Every address of the members (as admitted, and the live ``podIPs``).
+    addresses: frozenset[str] = frozenset()
+
+
+def labels_still_off(api: KubeApi, target: Target) -> Recheck:
+    """The eligibility label is still absent on every admitted member (bound to its UID)."""
+    addresses = {m.ip for m in target.members}
+    for m in target.members:
+        try:
+            pod = read_member(api, namespace=target.namespace, name=m.pod, uid=m.uid)
+        except KubeError as e:
+            return Recheck(Verdict.UNKNOWN, f"read Pod {m.pod} failed: {_http(e)}")
+        if isinstance(pod, MemberGone):
+            return Recheck(Verdict.FAILED, f"member {pod.describe()}")
+        value = pod.labels.get(LABEL_ELIGIBLE)
+        if value is not None:
+            return Recheck(
+                Verdict.FAILED,
+                f"label re-added by someone else: {m.pod} has {LABEL_ELIGIBLE}={value!r}",
+                {f"label/{m.pod}": f"re-added ({value!r})"},
+            )
+        addresses.update(pod.pod_ips)
+    return Recheck(
+        Verdict.VERIFIED,
+        "eligibility label still absent on every member",
+        addresses=frozenset(addresses),
+    )
+
+
+def still_withdrawn(api: KubeApi, target: Target, http: httpx.Client) -> Recheck:
+    """Read again, without changing anything, that the withdrawal still holds."""
+    labels = labels_still_off(api, target)
+    if labels.verdict is not Verdict.VERIFIED:
+        return labels
+    readings: dict[str, str] = {}
+    addresses = set(labels.addresses)
+    try:
+        services = services_listing(api, target, addresses)
+    except KubeError as e:
+        return Recheck(Verdict.UNKNOWN, f"Services could not be read: {_http(e)}")
+    for name, listed in services.items():
+        readings[f"service/{name}"] = f"still lists {', '.join(listed)}"
+    try:
+        routers = router_pods(api, target)
+    except KubeError as e:
+        return Recheck(Verdict.UNKNOWN, f"router Pods could not be listed: {_http(e)}", readings)
+    if not routers and target.router:
+        readings["routers"] = f"router {target.router} declared but no router Pod found"
+    for pod in routers:
+        readings.update(_router(http, pod, target, addresses))
+    if readings:
+        return Recheck(
+            Verdict.UNKNOWN, "; ".join(f"{k} {v}" for k, v in readings.items()), readings
+        )
+    return Recheck(Verdict.VERIFIED, "no Service lists and no router selects a target")
+
+
+def _router(http: httpx.Client, pod: Pod, target: Target, addresses: set[str]) -> dict[str, str]:
+    """One router Pod's reading when it does not confirm the withdrawal (else nothing)."""
+    kind = router_kind(pod, target)
+    name = f"router/{pod.name}"
+    try:
+        obs = observer_for(kind)
+        base = router_base(pod)
+        if obs is None or base is None:
+            return {name: f"cannot be observed (router kind {kind!r})"}
+        view = obs.view(http, base)
+        if not view.fresh(time.time()):
+            return {name: f"gave no fresh answer: {view.error or 'stale'}"}
+        still = view.selecting(addresses)
+    except Exception as e:  # an answer that cannot be read never confirms anything
+        return {name: f"answer unreadable: {type(e).__name__}"}
+    return {name: f"still selects {', '.join(still)}"} if still else {}
+
+
+def _http(e: KubeError) -> str:
+    return f"HTTP {e.status}" if e.status else f"{type(e).__name__} ({e.reason})"
