@@ -19,7 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities import Kube
 from retirement.budgets import Budgets
-from retirement.models import RetirementRequest, RetirementState, workflow_id_for
+from retirement.models import AbortRequest, RetirementRequest, RetirementState, workflow_id_for
 from retirement.names import (
     ANNOTATION_PROM_PORT,
     GROUP,
@@ -464,4 +464,46 @@ async def test_leader_served_group_measures_the_leader_and_restores_by_probe(ctx
     labels = {p.metadata.name: p.metadata.labels.get(LABEL_ELIGIBLE) for p in pods_of(ctx, name, 1)}
     assert labels[leader.metadata.name] == "true"
     assert all(v is None for k, v in labels.items() if k != leader.metadata.name)
+    await finish(handle)
+
+
+def gateway_workers(router: str) -> set[str]:
+    """The worker URLs the real SGLang gateway routes to, read from the gateway itself."""
+    with httpx.Client(trust_env=False, timeout=5) as http:
+        return {w["url"] for w in http.get(router + "/workers").json()["workers"]}
+
+
+async def test_abort_after_a_router_removal_puts_the_worker_back_on_the_gateway(
+    ctx: Ctx,
+) -> None:
+    """The SGLang gateway 0.3.2 ignores label changes: withdrawal removes the worker with
+    ``DELETE /workers/{id}``, so after an abort the restore must add it back (``POST
+    /workers``) and read the gateway selecting it again before the member counts as
+    restored."""
+    name = "readd"
+    router = await deploy(ctx, name)
+    assert router is not None
+    victim = pods_of(ctx, name, 1)[0]
+    url = f"http://{victim.status.pod_ip}:8000"
+    await eventually_in_thread(lambda: url in gateway_workers(router), what="gateway lists it",
+                               timeout=30, ignore=(Exception,))
+    hub = ctx.bed.operators[-1].hub_pod(victim.metadata.uid)
+    ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [1, 0]})  # drain holds
+    budgets = Budgets(overall_s=120, withdrawal_s=30, drain_s=60, settle_s=20,
+                      poll_interval_s=0.5)
+    handle = await retire(ctx, name, 1, budgets=budgets)
+    st = await wait_state(handle, Phase.DRAINING)
+    assert url not in await asyncio.to_thread(gateway_workers, router)  # actively removed
+    assert any(r.endswith("|" + url) for r in st.router_removals), st.router_removals
+    await handle.execute_update(RetirementWorkflow.abort, AbortRequest(reason="oncall"))
+    st = await wait_for_outcome(handle, Outcome.ABORTED)
+    assert st.restored is not None, st.reasons
+    assert st.restored.restored == [victim.metadata.name], st.restored
+    assert not st.restored.held and not st.unrestored
+    # Read from the gateway itself: it selects the worker again, and keeps doing so.
+    assert url in await asyncio.to_thread(gateway_workers, router)
+    await asyncio.sleep(3)
+    assert url in await asyncio.to_thread(gateway_workers, router)
+    pod = ctx.core.read_namespaced_pod(victim.metadata.name, ctx.ns)
+    assert pod.metadata.labels.get(LABEL_ELIGIBLE) == "true"
     await finish(handle)
