@@ -8,13 +8,12 @@ from kube.api import KubeApi
 from kube.deployment import MalformedDeployment, ModelDeployment, Role, parse_deployment
 from kube.errors import NotFound
 from kube.objects import Container, Pod
-from retirement.intents import PodView, RoleSpec, derive_intents
+from retirement.intents import intent_refusal
 from retirement.models import (
     Admission,
     AdmitInput,
     IntentKind,
     MemberTarget,
-    RetirementRequest,
     Target,
 )
 from retirement.names import (
@@ -138,46 +137,6 @@ def _replica_pods(pods: list[Pod], role: str, ordinal: int) -> list[Pod]:
         if p.labels.get(LABEL_COMPONENT) == role and p.labels.get(LABEL_ORDINAL) == str(ordinal)
     ]
     return sorted(mine, key=lambda p: (member_index(_as_member(p)) or 0, p.name))
-
-
-def intent_refusal(md: ModelDeployment, pods: list[Pod], req: RetirementRequest) -> str:
-    """Why ``req`` is not (any more) one of the removal intents the watcher derives from
-    the live spec and Pods (``retirement.intents.derive_intents``); empty when it is.
-
-    A whole-replica request (count trim or departed role; the CLI asks for a count trim)
-    needs a whole-replica intent for its role and ordinal; a surplus shed needs a surplus
-    intent of that replica that still names every requested member."""
-    roles = [RoleSpec(name=r.name, replicas=r.replicas, size=r.size) for r in md.roles]
-    views = [PodView(name=p.name, labels=dict(p.labels), terminating=p.terminating) for p in pods]
-    key = (req.role, req.ordinal)
-    mine = [i for i in derive_intents(roles, views) if (i.role, i.ordinal) == key]
-    replica = f"{req.role} ordinal {req.ordinal}"
-    declared = md.role(req.role)
-    if req.intent is IntentKind.SURPLUS_SHED:
-        named, replica_pods = set(req.members), {p.name for p in _replica_pods(pods, *key)}
-        if not named or not named <= replica_pods:
-            return f"surplus members {sorted(named)} are not all Pods of the replica"
-        shed = next((i for i in mine if i.kind is IntentKind.SURPLUS_SHED), None)
-        if shed is None:
-            return f"replica {replica} has no surplus member any more: nothing to shed"
-        kept = sorted(set(req.members) - set(shed.members))
-        if kept:
-            return (
-                f"{', '.join(kept)} of replica {replica} is no longer surplus (the surplus is "
-                f"now {', '.join(shed.members)}): it would be retired while it serves"
-            )
-        return ""
-    if req.intent is IntentKind.DEPARTED_ROLE and declared is not None:
-        return f"role {req.role} is still in the spec: not a departed role"
-    whole = (IntentKind.COUNT_TRIM, IntentKind.DEPARTED_ROLE)
-    if any(i.kind in whole for i in mine):
-        return ""
-    if declared is not None and req.ordinal < declared.replicas:
-        return (
-            f"the spec still declares {replica} (replicas {declared.replicas}): "
-            "it is not a removal intent"
-        )
-    return f"replica {replica} is no longer a removal intent of the live spec and Pods"
 
 
 def _as_member(p: Pod) -> MemberPod:

@@ -4,14 +4,19 @@
 Order (deterministic, documented): count trims first (roles in spec order, the highest
 ordinal first), then departed roles (by role name, the highest ordinal first), then surplus
 sheds (roles in spec order, by ordinal, members by name).  Terminating Pods are ignored.
+
+``intent_refusal`` is the one rule of whether a request is (still) one of these intents:
+admission refuses a request it rejects, and the watcher sends cancel-intent to a running or
+held retirement whose request it rejects.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from retirement.models import IntentKind
+from retirement.models import IntentKind, RetirementRequest
 from retirement.names import LABEL_COMPONENT, LABEL_MEMBER_INDEX, LABEL_ORDINAL
 from retirement.text import is_decimal
 
@@ -101,3 +106,87 @@ def surplus_members(members: Sequence[PodView], *, size: int) -> tuple[str, ...]
         else:
             keep.add(idx)
     return tuple(surplus)
+
+
+# ---------------------------------------------------------------- the intent rule
+
+
+class RoleLike(Protocol):
+    """What the intent rule reads of a declared role (``kube.deployment.Role``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def replicas(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+
+class SpecLike(Protocol):
+    """What the intent rule reads of a deployment (``kube.deployment.ModelDeployment``)."""
+
+    @property
+    def roles(self) -> Sequence[RoleLike]: ...
+
+    def role(self, name: str) -> RoleLike | None: ...
+
+
+class PodLike(Protocol):
+    """What the intent rule reads of a Pod (``kube.objects.Pod`` or ``PodView``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
+    @property
+    def terminating(self) -> bool: ...
+
+
+def intent_refusal(md: SpecLike, pods: Sequence[PodLike], req: RetirementRequest) -> str:
+    """Why ``req`` is not (any more) one of the removal intents ``derive_intents`` derives
+    from the live spec ``md`` and every Pod of the deployment ``pods``; empty when it is.
+
+    A whole-replica request (count trim or departed role; the CLI asks for a count trim)
+    needs a whole-replica intent for its role and ordinal; a surplus shed needs a surplus
+    intent of that replica that still names every requested member."""
+    roles = [RoleSpec(name=r.name, replicas=r.replicas, size=r.size) for r in md.roles]
+    views = [PodView(name=p.name, labels=dict(p.labels), terminating=p.terminating) for p in pods]
+    key = (req.role, req.ordinal)
+    mine = [i for i in derive_intents(roles, views) if (i.role, i.ordinal) == key]
+    replica = f"{req.role} ordinal {req.ordinal}"
+    declared = md.role(req.role)
+    if req.intent is IntentKind.SURPLUS_SHED:
+        named = set(req.members)
+        replica_pods = {
+            p.name
+            for p in pods
+            if p.labels.get(LABEL_COMPONENT) == req.role
+            and p.labels.get(LABEL_ORDINAL) == str(req.ordinal)
+        }
+        if not named or not named <= replica_pods:
+            return f"surplus members {sorted(named)} are not all Pods of the replica"
+        shed = next((i for i in mine if i.kind is IntentKind.SURPLUS_SHED), None)
+        if shed is None:
+            return f"replica {replica} has no surplus member any more: nothing to shed"
+        kept = sorted(set(req.members) - set(shed.members))
+        if kept:
+            return (
+                f"{', '.join(kept)} of replica {replica} is no longer surplus (the surplus is "
+                f"now {', '.join(shed.members)}): it would be retired while it serves"
+            )
+        return ""
+    if req.intent is IntentKind.DEPARTED_ROLE and declared is not None:
+        return f"role {req.role} is still in the spec: not a departed role"
+    whole = (IntentKind.COUNT_TRIM, IntentKind.DEPARTED_ROLE)
+    if any(i.kind in whole for i in mine):
+        return ""
+    if declared is not None and req.ordinal < declared.replicas:
+        return (
+            f"the spec still declares {replica} (replicas {declared.replicas}): "
+            "it is not a removal intent"
+        )
+    return f"replica {replica} is no longer a removal intent of the live spec and Pods"

@@ -45,14 +45,25 @@ def watch_forever(kube: Kube, kind: Resource, trigger: threading.Event,
 
 async def act(rec: Reconciler, *, resync: float, stop: threading.Event, health: Health,
               trigger: threading.Event) -> None:
-    """Reconcile on each trigger and at least every ``resync`` seconds, until ``stop``."""
+    """Reconcile on each trigger and at least every ``resync`` seconds, until ``stop``.
+
+    Readiness follows the passes: ready while a healthy pass (``PassResult.healthy``) ended
+    within the last three resync periods; a pass that raises, or one in which Temporal or
+    the API server answered for no deployment, does not count."""
+    health.standby = False
+    health.stale_after_s = 3 * resync
     while not stop.is_set():
         trigger.clear()
         try:
-            await rec.reconcile_all()
-            health.ready = True
+            result = await rec.reconcile_all()
         except Exception as e:
             log.warning("reconcile pass failed: %s", e)
+        else:
+            if result.healthy:
+                health.pass_healthy()
+            else:
+                log.warning("reconcile pass: no deployment could be reconciled (%d unreachable)",
+                            result.unreachable)
         await asyncio.to_thread(trigger.wait, resync)
 
 
@@ -105,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
 
     def lead() -> None:
+        health.standby = False  # acting now: ready once a pass ended healthy
         metrics.leader.set(1)
         log.info("%s: leading", a.identity)
         for kind in ("pods", "modeldeployments"):
@@ -128,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     if not a.leader_elect:
         lead()
         return 0
-    health.ready = True  # a standby is ready: it serves by waiting
+    health.standby = True  # a standby is ready: it serves by waiting (until it leads)
     # The Lease lock talks through the client's default configuration: load it first.
     if a.kubeconfig:
         kconfig.load_kube_config(config_file=a.kubeconfig)

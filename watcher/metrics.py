@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -12,7 +14,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 @dataclass
 class WatcherMetrics:
-    """Intents seen, started, refused by reason, pending; watch restarts; pass duration."""
+    """Intents seen, started, refused by reason, pending, backing off; watch restarts; pass
+    duration; deployments whose reconcile failed (by error type); the last healthy pass."""
 
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
@@ -31,16 +34,44 @@ class WatcherMetrics:
                                   "Eligibility label changes", ["value"], registry=r)
         self.reconcile_seconds = Histogram("retire_watcher_reconcile_seconds",
                                            "Duration of one reconcile pass", registry=r)
+        self.backing_off = Gauge("retire_watcher_intents_backing_off",
+                                 "Refused intents waiting out their back-off", ["deployment"],
+                                 registry=r)
+        self.reconcile_errors = Counter("retire_watcher_reconcile_errors",
+                                        "Deployments whose reconcile failed, by error type",
+                                        ["error"], registry=r)
+        self.last_healthy_pass = Gauge("retire_watcher_last_healthy_pass_timestamp_seconds",
+                                       "When the last healthy reconcile pass ended",
+                                       registry=r)
         self.leader = Gauge("retire_watcher_is_leader", "1 while this watcher leads",
                             registry=r)
 
 
 @dataclass
 class Health:
-    """Liveness and readiness, set by the watcher's loops."""
+    """Liveness and readiness, set by the watcher's loops.
+
+    Ready means a healthy reconcile pass ended within the last ``stale_after_s`` seconds
+    (the acting loop sets it to three resync periods), or this watcher is a standby (it
+    serves by waiting for the lease)."""
 
     alive: bool = True
-    ready: bool = False
+    standby: bool = False
+    stale_after_s: float = 15.0
+    last_healthy_pass: float | None = None
+    clock: Callable[[], float] = time.monotonic
+
+    def pass_healthy(self) -> None:
+        """A reconcile pass ended healthy now."""
+        self.last_healthy_pass = self.clock()
+
+    @property
+    def ready(self) -> bool:
+        """Whether ``/readyz`` answers ready."""
+        if self.standby:
+            return True
+        last = self.last_healthy_pass
+        return last is not None and self.clock() - last <= self.stale_after_s
 
 
 def serve_health(metrics: WatcherMetrics, health: Health, *, host: str,

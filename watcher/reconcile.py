@@ -3,22 +3,40 @@
 Each pass derives the complete set of intents from the live state, so a missed event, a
 crash or a restart loses nothing.  Per deployment it:
 
-1. delivers a valid ``retirement-retry`` annotation to the running retirement (then clears
+1. reads what runs; a retirement that ended since the last pass is read once, and a
+   refusal (admission refused it) is remembered with its reason, what it depended on (the
+   deployment's UID and generation, the intent, the replica's Pods) and a back-off (30 s
+   doubling to 10 min); a change of what it depended on ends the back-off;
+2. delivers a valid ``retirement-retry`` annotation to the running retirement (then clears
    it); a malformed one gets a Warning Event and has no other effect;
-2. tells a running retirement whose ordinal the spec re-declares to end (cancel-intent);
-3. starts the retirement of the first intent; Temporal's refusal of a second start for the
-   same workflow ID is the one-at-a-time rule, and the intent stays pending;
-4. maintains the eligibility label: a Ready serving member that is not named by an active
+3. tells a running or held retirement whose intent went away to end (cancel-intent): its
+   request is no longer one of the intents derived from the live spec and Pods (the rule
+   admission applies, ``retirement.intents.intent_refusal``), or the ModelDeployment's UID
+   is not the one admission bound;
+4. starts the retirement of the first intent that is not backing off (an intent that cannot
+   even be requested, such as a hostile ordinal label, is refused here with a Warning
+   Event); Temporal's refusal of a second start for the same workflow ID is the
+   one-at-a-time rule, and the intent stays pending;
+5. maintains the eligibility label: a Ready serving member that is not named by an active
    retirement gets it, a member that should not serve loses it; this also repairs orphans
    (members left disqualified by a terminated workflow).
+
+Every deployment is isolated: whatever its reconcile raises is logged, counted
+(``retire_watcher_reconcile_errors_total``) and, unless it is the API server or Temporal
+being unreachable, posted once per distinct message as a Warning Event on the
+ModelDeployment; the pass goes on with the others.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -26,11 +44,11 @@ from temporalio.service import RPCError, RPCStatusCode
 from kube.api import KubeApi
 from kube.deployment import MalformedDeployment, ModelDeployment, parse_deployment
 from kube.errors import KubeError
-from kube.events import post_event
+from kube.events import MESSAGE_CAP, post_event
 from kube.members import LabelChange, set_eligibility
 from kube.objects import ObjectRef, Pod, pod_ready
 from retirement.budgets import Budgets
-from retirement.intents import Intent, PodView, RoleSpec, derive_intents
+from retirement.intents import Intent, PodView, RoleSpec, derive_intents, intent_refusal
 from retirement.models import (
     CancelIntent,
     IntentKind,
@@ -52,7 +70,7 @@ from retirement.names import (
     LABEL_ORDINAL,
     VERSION,
 )
-from retirement.phases import Outcome
+from retirement.phases import Outcome, abortable
 from retirement.retry import parse_retry_annotation
 from retirement.shape import MemberPod, read_shape, select_members
 from watcher.metrics import WatcherMetrics
@@ -69,6 +87,39 @@ class WatcherSettings:
     budgets: Budgets = field(default_factory=Budgets)
     routerless_policy: RouterlessPolicy = RouterlessPolicy.HOLD
     quiet_window_s: float = 10.0
+    #: A refused intent waits this long before it is tried again, doubling up to the max.
+    refusal_backoff_s: float = 30.0
+    refusal_backoff_max_s: float = 600.0
+
+
+@dataclass
+class PassResult:
+    """What one pass did: deployments reconciled, failed, and failed because the API
+    server or Temporal could not be reached."""
+
+    reconciled: int = 0
+    failed: int = 0
+    unreachable: int = 0
+
+    @property
+    def healthy(self) -> bool:
+        """A pass is healthy unless nothing could be reconciled because the API server or
+        Temporal was unreachable (a deployment that fails on its own does not make the
+        watcher unready: it is reported on the object)."""
+        return self.reconciled > 0 or self.unreachable == 0
+
+
+@dataclass
+class Refusal:
+    """A remembered refusal of one intent (deployment, role, ordinal)."""
+
+    reason: str
+    depends_on: Hashable  # what the refusal was decided on; a change ends the back-off
+    backoff_s: float
+    until: float  # the reconciler's clock: not tried again before this
+
+
+RefusalKey = tuple[str, str, str, int]  # namespace, deployment, role, ordinal
 
 
 @dataclass
@@ -80,20 +131,41 @@ class Reconciler:
     settings: WatcherSettings
     metrics: WatcherMetrics
     namespaces: list[str] | None = None  # None: every namespace
+    clock: Callable[[], float] = time.monotonic  # for the refusal back-off
+    #: Remembered refusals (in memory: a restarted watcher tries each intent once more).
+    refusals: dict[RefusalKey, Refusal] = field(default_factory=dict, init=False, repr=False)
+    #: Per workflow ID, the closed run already read (each ended run is read once).
+    _examined: dict[str, str] = field(default_factory=dict, init=False, repr=False)
+    #: Per deployment, the failure message last posted as an Event (posted once each).
+    _failures: dict[tuple[str, str], str] = field(default_factory=dict, init=False, repr=False)
 
-    async def reconcile_all(self) -> None:
-        """One pass over every ModelDeployment (a malformed one is reported and skipped)."""
+    async def reconcile_all(self) -> PassResult:
+        """One pass over every ModelDeployment (a malformed one is reported and skipped;
+        one whose reconcile fails is reported and the others go on)."""
+        result = PassResult()
         with self.metrics.reconcile_seconds.time():
+            seen: set[tuple[str, str]] = set()
             for raw in self._deployments():
                 try:
                     md = parse_deployment(raw)
                 except MalformedDeployment as e:
                     self._malformed(e)
                     continue
+                except Exception as e:  # a decoding bug: this deployment only
+                    self._failed(_raw_ref(raw), e, result)
+                    continue
+                seen.add((md.namespace, md.name))
                 try:
                     await self.reconcile(md)
-                except (KubeError, RPCError) as e:
-                    log.warning("reconcile %s/%s: %s", md.namespace, md.name, e)
+                except Exception as e:
+                    self._failed(md.ref, e, result)
+                else:
+                    result.reconciled += 1
+                    self._failures.pop((md.namespace, md.name), None)
+            self._forget_except(seen)
+        if result.healthy:
+            self.metrics.last_healthy_pass.set_to_current_time()
+        return result
 
     def _deployments(self) -> list[dict[str, Any]]:
         if self.namespaces is None:
@@ -102,6 +174,41 @@ class Reconciler:
         for ns in self.namespaces:
             out += self.kube.list_deployments(namespace=ns)
         return out
+
+    def _failed(self, about: ObjectRef | None, e: Exception, result: PassResult) -> None:
+        """Log and count a deployment whose reconcile raised ``e``; post it as a Warning
+        Event once per distinct message, unless the API server or Temporal was merely
+        unreachable (that is no fact about the deployment)."""
+        result.failed += 1
+        transient = _unreachable(e)
+        result.unreachable += int(transient)
+        self.metrics.reconcile_errors.labels(error=type(e).__name__).inc()
+        where = f"{about.namespace}/{about.name}" if about is not None else "?"
+        expected = isinstance(e, KubeError | RPCError)
+        log.warning("reconcile %s failed: %s: %s", where, type(e).__name__, e,
+                    exc_info=None if expected else e)
+        if transient or about is None or not about.name or not about.namespace:
+            return
+        message = f"not reconciled: {type(e).__name__}: {_one_line(e)}"[:MESSAGE_CAP]
+        key = (about.namespace, about.name)
+        if self._failures.get(key) == message:
+            return
+        try:
+            self._event(about, "ReconcileFailed", message, message, warning=True)
+        except KubeError as err:
+            log.warning("event for %s: %s", where, err)
+            return
+        self._failures[key] = message
+
+    def _forget_except(self, seen: set[tuple[str, str]]) -> None:
+        """Forget what was remembered of deployments no longer listed."""
+        for key in [k for k in self.refusals if (k[0], k[1]) not in seen]:
+            del self.refusals[key]
+        wids = {workflow_id_for(namespace=ns, deployment=name) for ns, name in seen}
+        for wid in [w for w in self._examined if w not in wids]:
+            del self._examined[wid]
+        for dep in [d for d in self._failures if d not in seen]:
+            del self._failures[dep]
 
     def _malformed(self, e: MalformedDeployment) -> None:
         """Touch nothing of a deployment that cannot be read; say why, once per reason."""
@@ -130,20 +237,27 @@ class Reconciler:
         intents = derive_intents(roles, [_view(p) for p in pods])
         self.metrics.intents_seen.inc(len(intents))
         wid = workflow_id_for(namespace=ns, deployment=name)
-        state = await self._running_state(wid)
+        state = await self._running_state(wid, md, pods)
         await self._retry_annotation(md, state)
         if state is not None:
-            await self._cancel_if_redeclared(wid, state, roles)
-        if intents and state is None:
-            state = await self._start(ns, name, intents[0])
-        self.metrics.pending.labels(deployment=f"{ns}/{name}").set(
+            await self._cancel_if_vanished(wid, md, pods, state)
+        else:
+            state = await self._start_next(md, pods, intents)
+        backing_off = self._prune_refusals(md, intents)
+        dep = f"{ns}/{name}"
+        self.metrics.pending.labels(deployment=dep).set(
             max(0, len(intents) - (1 if state is not None else 0))
         )
+        self.metrics.backing_off.labels(deployment=dep).set(backing_off)
         self._maintain_eligibility(md, pods, state)
 
     # ------------------------------------------------------------ Temporal
 
-    async def _running_state(self, wid: str) -> RetirementState | None:
+    async def _running_state(
+        self, wid: str, md: ModelDeployment, pods: list[Pod]
+    ) -> RetirementState | None:
+        """The state of the running retirement, or None; a run that ended since the last
+        pass is read once (``_examine``)."""
         handle = self.temporal.get_workflow_handle(wid)
         try:
             desc = await handle.describe()
@@ -152,12 +266,102 @@ class Reconciler:
                 return None
             raise
         if desc.status is not WorkflowExecutionStatus.RUNNING:
+            if (
+                desc.status is WorkflowExecutionStatus.COMPLETED
+                and self._examined.get(wid) != desc.run_id
+            ):
+                await self._examine(wid, desc.run_id, md, pods)
             return None
         state: RetirementState = await handle.query(RetirementWorkflow.state)
         return state
 
-    async def _start(self, ns: str, name: str, intent: Intent) -> RetirementState | None:
-        req = RetirementRequest(
+    async def _examine(self, wid: str, run_id: str, md: ModelDeployment, pods: list[Pod]) -> None:
+        """Read how the ended run ``run_id`` ended: remember a refusal, forget one of the
+        same intent otherwise."""
+        handle = self.temporal.get_workflow_handle(wid, run_id=run_id, result_type=RetirementState)
+        try:
+            final: RetirementState = await handle.result(
+                follow_runs=False, rpc_timeout=timedelta(seconds=10)
+            )
+        except RPCError:
+            raise  # not read: the next pass reads it again
+        except Exception as e:  # e.g. a result an earlier build wrote that does not decode
+            log.warning("%s: the result of run %s cannot be read: %s", wid, run_id, e)
+            self._examined[wid] = run_id
+            return
+        self._examined[wid] = run_id
+        req = final.request
+        key: RefusalKey = (md.namespace, md.name, req.role, req.ordinal)
+        if final.outcome is not Outcome.REFUSED:
+            self.refusals.pop(key, None)
+            return
+        reason = final.reason or "admission refused"
+        self._refuse(key, _depends_on(md, pods, req.intent, req.role, req.ordinal, req.members),
+                     reason, metric="admission")
+
+    def _refuse(self, key: RefusalKey, depends_on: Hashable, reason: str, *, metric: str) -> None:
+        """Remember a refusal of ``key`` and back off (doubling while it recurs)."""
+        cfg = self.settings
+        prev = self.refusals.get(key)
+        backoff = (
+            cfg.refusal_backoff_s
+            if prev is None
+            else min(prev.backoff_s * 2, cfg.refusal_backoff_max_s)
+        )
+        self.refusals[key] = Refusal(
+            reason=reason, depends_on=depends_on, backoff_s=backoff, until=self.clock() + backoff
+        )
+        self.metrics.refused.labels(reason=metric).inc()
+        ns, name, role, ordinal = key
+        log.info("%s/%s: %s:%d refused (%s): not tried again for %.0f s unless it changes",
+                 ns, name, role, ordinal, reason, backoff)
+
+    def _prune_refusals(self, md: ModelDeployment, intents: list[Intent]) -> int:
+        """Forget the refusals of intents no longer derived; how many still back off."""
+        live = {(i.role, i.ordinal) for i in intents}
+        now, backing_off = self.clock(), 0
+        for key in [k for k in self.refusals if k[:2] == (md.namespace, md.name)]:
+            if key[2:] not in live:
+                del self.refusals[key]
+            elif now < self.refusals[key].until:
+                backing_off += 1
+        return backing_off
+
+    async def _start_next(
+        self, md: ModelDeployment, pods: list[Pod], intents: list[Intent]
+    ) -> RetirementState | None:
+        """Start the first intent that is not backing off after a refusal."""
+        now = self.clock()
+        for intent in intents:
+            key: RefusalKey = (md.namespace, md.name, intent.role, intent.ordinal)
+            depends_on = _depends_on(
+                md, pods, intent.kind, intent.role, intent.ordinal, intent.members
+            )
+            refusal = self.refusals.get(key)
+            if refusal is not None:
+                if refusal.depends_on != depends_on:
+                    del self.refusals[key]  # what it was refused on changed: try it now
+                elif now < refusal.until:
+                    continue
+            try:
+                req = self._request(md.namespace, md.name, intent)
+            except ValidationError as e:
+                reason = (
+                    f"{intent.kind} {intent.role}:{intent.ordinal} cannot be requested: "
+                    f"{_validation_text(e)}"
+                )
+                self._refuse(key, depends_on, reason, metric="invalid-request")
+                try:
+                    self._event(md.ref, "IntentInvalid", reason,
+                                f"{intent.role}:{intent.ordinal}", warning=True)
+                except KubeError as err:
+                    log.warning("event for %s/%s: %s", md.namespace, md.name, err)
+                continue
+            return await self._start(req, intent)
+        return None
+
+    def _request(self, ns: str, name: str, intent: Intent) -> RetirementRequest:
+        return RetirementRequest(
             namespace=ns,
             deployment=name,
             role=intent.role,
@@ -168,7 +372,9 @@ class Reconciler:
             routerless_policy=self.settings.routerless_policy,
             quiet_window_s=self.settings.quiet_window_s,
         )
-        wid = workflow_id_for(namespace=ns, deployment=name)
+
+    async def _start(self, req: RetirementRequest, intent: Intent) -> RetirementState | None:
+        wid = workflow_id_for(namespace=req.namespace, deployment=req.deployment)
         try:
             handle = await self.temporal.start_workflow(
                 RetirementWorkflow.run,
@@ -194,22 +400,21 @@ class Reconciler:
         state: RetirementState = await handle.query(RetirementWorkflow.state)
         return state
 
-    async def _cancel_if_redeclared(
-        self, wid: str, state: RetirementState, roles: list[RoleSpec]
+    async def _cancel_if_vanished(
+        self, wid: str, md: ModelDeployment, pods: list[Pod], state: RetirementState
     ) -> None:
-        req = state.request
-        if req.intent is not IntentKind.COUNT_TRIM or state.outcome not in (
-            Outcome.RUNNING,
-            Outcome.ABORTED,
-        ):
+        """Send cancel-intent to a running or held retirement whose intent went away."""
+        if state.outcome not in (Outcome.RUNNING, Outcome.ABORTED):
+            return  # its outcome is decided
+        if state.cancel_intent is not None:
+            return  # already told
+        reason = _vanished(md, pods, state)
+        if not reason:
             return
-        role = next((r for r in roles if r.name == req.role), None)
-        if role is not None and req.ordinal < role.replicas:
-            await self.temporal.get_workflow_handle(wid).signal(
-                RetirementWorkflow.cancel_intent,
-                CancelIntent(reason=f"the spec re-declares {req.role} ordinal {req.ordinal}"),
-            )
-            log.info("%s: ordinal re-declared: cancel-intent sent", wid)
+        await self.temporal.get_workflow_handle(wid).signal(
+            RetirementWorkflow.cancel_intent, CancelIntent(reason=reason[:256])
+        )
+        log.info("%s: %s: cancel-intent sent", wid, reason)
 
     async def _retry_annotation(self, md: ModelDeployment, state: RetirementState | None) -> None:
         value = md.annotations.get(ANNOTATION_RETRY)
@@ -252,7 +457,9 @@ class Reconciler:
             },
         )
 
-    def _event(self, about: ObjectRef, reason: str, message: str, key: str) -> None:
+    def _event(
+        self, about: ObjectRef, reason: str, message: str, key: str, *, warning: bool = False
+    ) -> None:
         post_event(
             self.kube,
             about=about,
@@ -260,7 +467,7 @@ class Reconciler:
             key=f"{reason}|{key}",
             reason=reason,
             message=message,
-            warning="Invalid" in reason,
+            warning=warning or "Invalid" in reason,
         )
 
     def _maintain_eligibility(
@@ -327,3 +534,92 @@ class Reconciler:
 
 def _view(p: Pod) -> PodView:
     return PodView(name=p.name, labels=dict(p.labels), terminating=p.terminating)
+
+
+def _vanished(md: ModelDeployment, pods: list[Pod], state: RetirementState) -> str:
+    """Why the intent of the retirement ``state`` went away; empty while it stands."""
+    req = state.request
+    role = md.role(req.role)
+    if req.intent is IntentKind.COUNT_TRIM and role is not None and req.ordinal < role.replicas:
+        return f"the spec re-declares {req.role} ordinal {req.ordinal}"
+    admitted = state.target.deployment_uid if state.target is not None else ""
+    if admitted and admitted != md.uid:
+        return (
+            f"ModelDeployment {md.namespace}/{md.name} was re-created (UID {md.uid}; "
+            f"the retirement admitted UID {admitted})"
+        )
+    if state.outcome is Outcome.RUNNING and not abortable(state.phase):
+        return ""  # the deletes are under way: its Pods go because of it
+    return intent_refusal(md, pods, req)
+
+
+def _depends_on(
+    md: ModelDeployment,
+    pods: list[Pod],
+    kind: IntentKind,
+    role: str,
+    ordinal: int,
+    members: tuple[str, ...] | list[str],
+) -> Hashable:
+    """What a refusal of the intent (``kind``, ``role``, ``ordinal``, ``members``) was
+    decided on: the deployment (UID, generation), the intent, and the replica's Pods
+    (identity, start, readiness, address, labels other than eligibility, annotations)."""
+    replica = sorted(
+        (
+            p.uid,
+            p.name,
+            p.terminating,
+            p.pod_ip or "",
+            p.conditions.get("Ready", ""),
+            tuple(sorted((s.name, s.container_id) for s in p.container_statuses)),
+            tuple(sorted((k, v) for k, v in p.labels.items() if k != LABEL_ELIGIBLE)),
+            tuple(sorted(p.annotations.items())),
+        )
+        for p in pods
+        if p.labels.get(LABEL_COMPONENT) == role and p.labels.get(LABEL_ORDINAL) == str(ordinal)
+    )
+    return (md.uid, md.generation, str(kind), tuple(members), tuple(replica))
+
+
+def _unreachable(e: Exception) -> bool:
+    """Whether ``e`` says the API server or Temporal could not be reached (retry later)."""
+    if isinstance(e, KubeError):
+        return e.retryable
+    if isinstance(e, RPCError):
+        return e.status in (
+            RPCStatusCode.UNAVAILABLE,
+            RPCStatusCode.DEADLINE_EXCEEDED,
+            RPCStatusCode.RESOURCE_EXHAUSTED,
+            RPCStatusCode.CANCELLED,
+        )
+    return isinstance(e, ConnectionError | TimeoutError)
+
+
+def _one_line(e: Exception) -> str:
+    if isinstance(e, ValidationError):
+        return _validation_text(e)
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def _validation_text(e: ValidationError) -> str:
+    """A pydantic error on one line: ``field: message`` per error."""
+    return "; ".join(
+        f"{'.'.join(str(x) for x in err['loc']) or 'value'}: {err['msg']}" for err in e.errors()
+    )
+
+
+def _raw_ref(raw: Any) -> ObjectRef | None:
+    """The ModelDeployment ``raw`` as an Event's object, when its metadata can be read."""
+    meta = raw.get("metadata") if isinstance(raw, dict) else None
+    if not isinstance(meta, dict):
+        return None
+    ns, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
+    if not isinstance(ns, str) or not isinstance(name, str):
+        return None
+    return ObjectRef(
+        api_version=f"{GROUP}/{VERSION}",
+        kind=KIND,
+        namespace=ns,
+        name=name,
+        uid=uid if isinstance(uid, str) else "",
+    )

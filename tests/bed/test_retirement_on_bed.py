@@ -507,3 +507,44 @@ async def test_abort_after_a_router_removal_puts_the_worker_back_on_the_gateway(
     pod = ctx.core.read_namespaced_pod(victim.metadata.name, ctx.ns)
     assert pod.metadata.labels.get(LABEL_ELIGIBLE) == "true"
     await finish(handle)
+
+
+async def test_a_label_put_back_mid_drain_aborts_before_any_delete(ctx: Ctx) -> None:
+    """Another writer (the real operator, a second watcher) puts the eligibility label back
+    while the drain holds: the next drain round sees it and aborts; nothing is deleted,
+    however idle the engine reads afterwards."""
+    name = "relabel"
+    await deploy(ctx, name, router=False)
+    victim = pods_of(ctx, name, 1)[0]
+    hub = ctx.bed.operators[-1].hub_pod(victim.metadata.uid)
+    ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [1, 0]})  # drain holds
+    budgets = Budgets(overall_s=90, withdrawal_s=20, drain_s=60, settle_s=10, poll_interval_s=0.5)
+    handle = await retire_routerless(ctx, name, budgets=budgets, quiet_s=0.5)
+    await wait_state(handle, Phase.DRAINING)
+    ctx.core.patch_namespaced_pod(
+        victim.metadata.name, ctx.ns, {"metadata": {"labels": {LABEL_ELIGIBLE: "true"}}})
+    ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"clear": True})  # idle from now on
+    st = await wait_for_outcome(handle, Outcome.ABORTED)
+    assert any("label re-added" in r for r in st.reasons), st.reasons
+    assert st.deleted is None
+    pod = ctx.core.read_namespaced_pod(victim.metadata.name, ctx.ns)
+    assert pod.metadata.uid == victim.metadata.uid
+    await finish(handle)
+
+
+async def test_a_replica_the_spec_still_declares_is_refused(ctx: Ctx) -> None:
+    """``retire start … --ordinal 1`` while the spec still declares two replicas: admission
+    derives the intents from the live spec and Pods and refuses, touching nothing."""
+    name = "declared"
+    await deploy(ctx, name, router=False)
+    victim = pods_of(ctx, name, 1)[0]
+    req = RetirementRequest(namespace=ctx.ns, deployment=name, role="server", ordinal=1,
+                            budgets=SHORT)
+    handle = await ctx.client.start_workflow(
+        RetirementWorkflow.run, req, id=workflow_id_for(namespace=ctx.ns, deployment=name),
+        task_queue=ctx.queue, result_type=RetirementState)
+    st = await handle.result()
+    assert st.outcome is Outcome.REFUSED
+    assert any("still declares server ordinal 1" in r for r in st.reasons), st.reasons
+    pod = ctx.core.read_namespaced_pod(victim.metadata.name, ctx.ns)
+    assert pod.metadata.labels.get(LABEL_ELIGIBLE) == "true"

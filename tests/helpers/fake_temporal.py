@@ -6,9 +6,11 @@ deployment, so a start while a run of that ID is running raises
 ``WorkflowAlreadyStartedError``, as Temporal refuses it; a closed ID may start again, as
 the default ID-reuse policy allows), and ``get_workflow_handle(id)`` with ``describe``
 (an ``RPCError`` NOT_FOUND for an unknown ID), ``query`` (the run's ``RetirementState``),
-``signal`` and ``execute_update``.  The ``retry`` update answers with the product's own
-rule (``retirement.retry.decide_retry``) over the run's state; the state is whatever the
-test puts there (``running``, ``set_state``, ``close``): the workflow itself is not run.
+``signal``, ``execute_update`` and ``result`` (a completed run's ``RetirementState``, of
+the run named by ``run_id`` or else the latest).  The ``retry`` update answers with the
+product's own rule (``retirement.retry.decide_retry``) over the run's state; the state is
+whatever the test puts there (``running``, ``set_state``, ``close``): the workflow itself
+is not run.
 
 Any method can be made to fail (``fail``), a hook can act between calls (``on``), and
 every call is recorded (``calls``).  Hand it to the reconcile with ``client()``.
@@ -22,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from retirement.models import RetirementRequest, RetirementState, RetryResult
@@ -44,7 +46,7 @@ def rpc_error(status: RPCStatusCode = RPCStatusCode.UNAVAILABLE, message: str = 
 class TemporalCall:
     """One recorded call: the method, the workflow ID, and what it carried."""
 
-    method: str  # start_workflow | describe | query | signal | execute_update
+    method: str  # start_workflow | describe | query | signal | execute_update | result
     workflow_id: str
     name: str = ""  # the workflow run method, query, signal or update called
     arg: Any = None
@@ -77,10 +79,11 @@ def _fn_name(fn: Any) -> str:
 
 
 class FakeHandle:
-    """``get_workflow_handle(id)``: always the latest run of the ID."""
+    """``get_workflow_handle(id)``: always the latest run of the ID (``result``: the run
+    ``run_id`` when given)."""
 
-    def __init__(self, fake: FakeTemporal, workflow_id: str) -> None:
-        self._fake, self.id = fake, workflow_id
+    def __init__(self, fake: FakeTemporal, workflow_id: str, run_id: str | None = None) -> None:
+        self._fake, self.id, self.run_id = fake, workflow_id, run_id
 
     async def describe(self, **_: Any) -> FakeDescription:
         run = self._fake._enter("describe", self.id)
@@ -90,6 +93,16 @@ class FakeHandle:
 
     async def query(self, query: Any, *args: Any, **_: Any) -> RetirementState:
         run = self._fake._enter("query", self.id, name=_fn_name(query))
+        return run.state.model_copy(deep=True)
+
+    async def result(self, **_: Any) -> RetirementState:
+        latest = self._fake._enter("result", self.id, arg=self.run_id)
+        runs = self._fake.runs[self.id]
+        run = next((r for r in runs if r.run_id == self.run_id), latest)
+        if run.status is WorkflowExecutionStatus.RUNNING:
+            raise NotImplementedError("FakeTemporal does not wait for a running run's result")
+        if run.status is not WorkflowExecutionStatus.COMPLETED:
+            raise WorkflowFailureError(cause=ApplicationError(f"run {run.status.name}"))
         return run.state.model_copy(deep=True)
 
     async def signal(self, signal: Any, arg: Any = None, **_: Any) -> None:
@@ -172,8 +185,10 @@ class FakeTemporal:
 
     # ------------------------------------------------------------ the client surface
 
-    def get_workflow_handle(self, workflow_id: str, **_: Any) -> FakeHandle:
-        return FakeHandle(self, workflow_id)
+    def get_workflow_handle(
+        self, workflow_id: str, *, run_id: str | None = None, **_: Any
+    ) -> FakeHandle:
+        return FakeHandle(self, workflow_id, run_id)
 
     async def start_workflow(
         self,

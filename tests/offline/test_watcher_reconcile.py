@@ -104,8 +104,21 @@ class World:
         return self.kube.pod_labels(pod, namespace=namespace).get(LABEL_ELIGIBLE)
 
 
+class Clock:
+    """The reconciler's clock (for the refusal back-off), moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def make_world(
-    *, settings: WatcherSettings | None = None, namespaces: list[str] | None = None
+    *,
+    settings: WatcherSettings | None = None,
+    namespaces: list[str] | None = None,
+    clock: Clock | None = None,
 ) -> World:
     kube, temporal, metrics = FakeKube(), FakeTemporal(), WatcherMetrics()
     rec = Reconciler(
@@ -114,6 +127,7 @@ def make_world(
         settings=settings or WatcherSettings(),
         metrics=metrics,
         namespaces=namespaces,
+        clock=clock or Clock(),
     )
     return World(kube, temporal, metrics, rec)
 
@@ -598,11 +612,6 @@ async def test_a_signal_that_fails_does_not_stop_the_pass(w: World) -> None:
     assert [c.name for c in w.signals()] == ["cancel_intent", "cancel_intent"]  # retried
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: SPEC section 3 ('role re-added'): a DepartedRole retirement whose role is "
-    "declared again gets no cancel-intent (_cancel_if_redeclared handles CountTrim only)",
-)
 async def test_a_departed_role_declared_again_gets_cancel_intent(w: World) -> None:
     add_md(w, replicas=1, extra_roles=[role("old", replicas=2)])
     add_replicas(w, [0])
@@ -612,11 +621,6 @@ async def test_a_departed_role_declared_again_gets_cancel_intent(w: World) -> No
     assert [c.name for c in w.signals()] == ["cancel_intent"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: SPEC section 3 ('surplus resolved'): a SurplusShed retirement whose surplus "
-    "is gone gets no cancel-intent (_cancel_if_redeclared handles CountTrim only)",
-)
 async def test_a_resolved_surplus_gets_cancel_intent(w: World) -> None:
     add_md(w, replicas=1)
     add_replicas(w, [0])  # the duplicate member is gone: no surplus any more
@@ -625,12 +629,6 @@ async def test_a_resolved_surplus_gets_cancel_intent(w: World) -> None:
     assert [c.name for c in w.signals()] == ["cancel_intent"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: SPEC section 3 ('a refused intent is remembered and retried with back-off, "
-    "not restarted every pass' and 'does not block the deployment's other intents'): the "
-    "watcher restarts the refused first intent on every pass, and the others never start",
-)
 async def test_a_refused_intent_neither_restarts_every_pass_nor_blocks_others(
     w: World,
 ) -> None:
@@ -642,6 +640,133 @@ async def test_a_refused_intent_neither_restarts_every_pass_nor_blocks_others(
     ordinals = [r.ordinal for r in w.starts()]
     assert ordinals.count(2) == 1, ordinals
     assert 1 in ordinals, ordinals
+
+
+async def test_a_count_trim_whose_pods_someone_else_deleted_gets_cancel_intent(
+    w: World,
+) -> None:
+    """The intent vanished without the spec changing (the Pods went): the same rule as
+    admission's says why; a retirement that was told once is not told again."""
+    add_md(w, replicas=2)
+    add_replicas(w, range(2))
+    held(w, 2)  # its Pod llm-server-2 is gone
+    await w.pass_()
+    (sig,) = w.signals()
+    assert sig.name == "cancel_intent"
+    assert sig.arg == CancelIntent(
+        reason="replica server ordinal 2 is no longer a removal intent of the live spec and Pods"
+    )
+    w.temporal.set_state(WID, cancel_intent=sig.arg.reason)
+    await w.pass_()
+    assert len(w.signals()) == 1
+
+
+async def test_a_vanished_intent_is_cancelled_only_before_the_point_of_no_return(
+    w: World,
+) -> None:
+    """Deleting, the retirement's own deletes make its Pods terminating: no cancel-intent
+    then; before the point of no return a Pod that went terminating cancels it."""
+    add_md(w, replicas=1)
+    add_replicas(w, [0])
+    gone = member_pod(f"{MD}-server-1", deployment=MD, ordinal=1, uid="uid-1")
+    gone["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+    w.kube.add_pod(gone)
+    w.temporal.running(request(1), phase=Phase.DELETING)
+    await w.pass_()
+    assert w.signals() == []
+    w.temporal.set_state(WID, phase=Phase.DRAINING)
+    await w.pass_()
+    assert [c.arg.reason for c in w.signals()] == [
+        "replica server ordinal 1 is no longer a removal intent of the live spec and Pods"
+    ]
+
+
+@pytest.mark.parametrize("outcome", [Outcome.RUNNING, Outcome.ABORTED])
+async def test_a_recreated_deployment_gets_cancel_intent(w: World, outcome: Outcome) -> None:
+    """The ModelDeployment was deleted and created again under the same name: the
+    retirement admitted the old one's UID, so its intent is gone even though the new
+    spec trims the same ordinal."""
+    add_md(w, replicas=1)
+    add_replicas(w, range(2))
+    req = request(1)
+    target = target_of(req, {f"{MD}-server-1": f"uid-{MD}-server-1"})
+    target = target.model_copy(update={"deployment_uid": "the-old-uid"})
+    w.temporal.running(req, outcome=outcome, target=target)
+    await w.pass_()
+    (sig,) = w.signals()
+    assert sig.arg.reason == (
+        f"ModelDeployment {NS}/{MD} was re-created (UID {MD_UID}; "
+        "the retirement admitted UID the-old-uid)"
+    )
+    # The same deployment (the UID admission bound): its intent stands, no cancel-intent.
+    w.temporal.set_state(WID, target=target.model_copy(update={"deployment_uid": MD_UID}))
+    await w.pass_()
+    assert len(w.signals()) == 1
+
+
+async def test_a_refusal_backs_off_doubling_and_ends_when_what_it_depended_on_changes() -> None:
+    clock = Clock()
+    w = make_world(clock=clock)
+    add_md(w, replicas=1)
+    add_replicas(w, range(2), container_id=None)  # never started: admission refuses
+
+    async def refused_pass() -> None:
+        await w.pass_()
+        w.temporal.close(WID, outcome=Outcome.REFUSED, reasons=["admission refused: no ID"])
+
+    await refused_pass()  # starts 1
+    for _ in range(5):
+        await refused_pass()  # reads the refusal once; nothing else to start
+    assert [r.ordinal for r in w.starts()] == [1]
+    assert len(w.temporal.called("result")) == 1  # an ended run is read once
+    assert w.metric("retire_watcher_starts_refused_total", reason="admission") == 1
+    assert w.metric("retire_watcher_intents_backing_off", deployment=f"{NS}/{MD}") == 1
+    clock.now += 29
+    await refused_pass()
+    assert len(w.starts()) == 1
+    clock.now += 1  # 30 s: tried again, refused again: now 60 s
+    await refused_pass()
+    await refused_pass()
+    assert len(w.starts()) == 2
+    clock.now += 59
+    await refused_pass()
+    assert len(w.starts()) == 2
+    clock.now += 1
+    await refused_pass()
+    await refused_pass()
+    assert len(w.starts()) == 3
+    for _ in range(10):  # 120, 240, 480, then 600 s at most
+        clock.now += 600
+        await refused_pass()
+        await refused_pass()
+    assert len(w.starts()) == 13
+    assert w.rec.refusals[(NS, MD, "server", 1)].backoff_s == 600
+    assert w.rec.refusals[(NS, MD, "server", 1)].reason == "admission refused: no ID"
+    # The Pod's container starts: what the refusal depended on changed, so it is tried now.
+    w.kube.add_pod(member_pod(f"{MD}-server-1", deployment=MD, ordinal=1, uid=f"uid-{MD}-server-1"))
+    await w.pass_()
+    assert len(w.starts()) == 14
+    w.temporal.close(WID, outcome=Outcome.COMPLETED)
+    w.kube.remove_pod(f"{MD}-server-1")
+    await w.pass_()
+    assert w.rec.refusals == {}  # the intent is gone: so is its refusal
+
+
+async def test_an_intent_that_cannot_be_requested_is_refused_and_the_next_one_starts(
+    w: World,
+) -> None:
+    """A hostile ordinal label (beyond what a request may carry) is refused in the watcher
+    with one Warning Event, and the deployment's other intents go on."""
+    add_md(w, replicas=1)
+    add_replicas(w, range(2))
+    w.kube.add_pod(member_pod("hostile", deployment=MD, ordinal=1_000_000, uid="uh"))
+    await w.pass_(times=3)
+    assert [r.ordinal for r in w.starts()] == [1]
+    (event,) = w.events("IntentInvalid")
+    assert event["type"] == "Warning"
+    assert event["involvedObject"]["uid"] == MD_UID
+    assert event["message"].startswith("CountTrim server:1000000 cannot be requested: ordinal")
+    assert w.metric("retire_watcher_starts_refused_total", reason="invalid-request") == 1
 
 
 # ---------------------------------------------------------------- the eligibility label
@@ -885,13 +1010,6 @@ async def test_the_loop_survives_a_failed_pass() -> None:
         await asyncio.wait_for(task, 5)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a Pod ordinal label over 100000 makes RetirementRequest raise a pydantic "
-    "ValidationError that escapes reconcile_all (only KubeError and RPCError are caught), "
-    "so every later deployment is skipped on every pass (SPEC section 9: bad input never "
-    "a crash)",
-)
 async def test_a_hostile_ordinal_label_does_not_stop_other_deployments(w: World) -> None:
     add_md(w, "aa", replicas=1)
     w.kube.add_pod(member_pod("aa-x", deployment="aa", ordinal=1_000_000, uid="ux"))
@@ -901,12 +1019,6 @@ async def test_a_hostile_ordinal_label_does_not_stop_other_deployments(w: World)
     assert [r.deployment for r in w.starts()] == [MD]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a Temporal error that is not an RPCError (WorkflowQueryFailedError, e.g. a "
-    "run whose history no longer replays after an upgrade) escapes reconcile_all, so every "
-    "later deployment is skipped on every pass",
-)
 async def test_a_failing_query_does_not_stop_other_deployments(w: World) -> None:
     add_md(w, "aa", replicas=0)
     add_replicas(w, [0], deployment="aa")
@@ -916,6 +1028,110 @@ async def test_a_failing_query_does_not_stop_other_deployments(w: World) -> None
     add_replicas(w, [0])
     await w.pass_()
     assert [r.deployment for r in w.starts()] == [MD]
+
+
+async def test_a_failing_deployment_is_counted_and_posted_once_per_message(w: World) -> None:
+    add_md(w, "aa", replicas=0)
+    add_replicas(w, [0], deployment="aa")
+    w.temporal.running(request(0, deployment="aa"))
+    add_md(w, replicas=1)  # nothing to retire: only "aa" queries
+    add_replicas(w, [0], eligible=False)
+    w.temporal.fail("query", WorkflowQueryFailedError("nondeterminism"), times=3)
+    await w.pass_(times=3)
+    (event,) = w.events("ReconcileFailed")
+    assert event["type"] == "Warning"
+    assert event["involvedObject"]["name"] == "aa"
+    assert event["message"] == "not reconciled: WorkflowQueryFailedError: nondeterminism"
+    assert len(w.kube.called("create_event")) == 1  # not re-posted on every pass
+    assert w.metric("retire_watcher_reconcile_errors_total", error="WorkflowQueryFailedError") == 3
+    assert w.eligible(f"{MD}-server-0") == "true"  # the other deployment was reconciled
+    w.temporal.fail("query", WorkflowQueryFailedError("another"))
+    await w.pass_()
+    assert sorted(e["message"] for e in w.events("ReconcileFailed")) == [
+        "not reconciled: WorkflowQueryFailedError: another",
+        "not reconciled: WorkflowQueryFailedError: nondeterminism",
+    ]
+    # Temporal unreachable is no fact about the deployment: counted, not posted.
+    w.temporal.fail("query", rpc_error(RPCStatusCode.UNAVAILABLE))
+    await w.pass_()
+    assert len(w.events("ReconcileFailed")) == 2
+    assert w.metric("retire_watcher_reconcile_errors_total", error="RPCError") == 1
+
+
+async def test_an_unexpected_error_of_one_deployment_does_not_stop_the_others(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever one deployment's reconcile raises (here a bug in the eligibility code),
+    the pass goes on; the next pass completes once it is gone."""
+    add_md(w, "aa", replicas=0)
+    add_replicas(w, [0], deployment="aa")
+    add_md(w, replicas=0)
+    add_replicas(w, [0])
+    original = Reconciler._maintain_eligibility
+    calls: list[str] = []
+
+    def broken(self: Reconciler, md: Any, pods: Any, state: Any) -> None:
+        calls.append(md.name)
+        if md.name == "aa" and calls.count("aa") == 1:
+            raise KeyError("boom")
+        original(self, md, pods, state)
+
+    monkeypatch.setattr(Reconciler, "_maintain_eligibility", broken)
+    result = await w.rec.reconcile_all()
+    assert (result.reconciled, result.failed, result.unreachable) == (1, 1, 0)
+    assert result.healthy
+    assert sorted(r.deployment for r in w.starts()) == ["aa", MD]
+    assert [e["message"] for e in w.events("ReconcileFailed")] == [
+        "not reconciled: KeyError: 'boom'"
+    ]
+
+
+async def test_readiness_follows_recent_healthy_passes() -> None:
+    """``/readyz`` says ready only while a healthy pass ended within three resync periods:
+    a watcher whose passes keep failing (here the deployment list) becomes unready."""
+    w = make_world()
+    add_md(w, replicas=0)
+    add_replicas(w, [0])
+    stop, trigger, health = threading.Event(), threading.Event(), Health()
+    task = asyncio.create_task(act(w.rec, resync=0.02, stop=stop, health=health, trigger=trigger))
+    try:
+        await eventually_async(
+            lambda: asyncio.sleep(0, result=health.ready), what="ready", timeout=5, interval=0.01
+        )
+        w.kube.fail("list_deployments", Unavailable("list", status=503), times=1_000_000)
+        await eventually_async(
+            lambda: asyncio.sleep(0, result=not health.ready),
+            what="not ready",
+            timeout=5,
+            interval=0.01,
+        )
+    finally:
+        stop.set()
+        trigger.set()
+        await asyncio.wait_for(task, 5)
+
+
+async def test_a_watcher_that_reaches_temporal_for_no_deployment_is_not_ready() -> None:
+    w = make_world()
+    for name in ("aa", MD):
+        add_md(w, name, replicas=0)
+        add_replicas(w, [0], deployment=name)
+    w.temporal.fail("describe", rpc_error(RPCStatusCode.UNAVAILABLE), times=1_000_000)
+    stop, trigger, health = threading.Event(), threading.Event(), Health()
+    task = asyncio.create_task(act(w.rec, resync=0.01, stop=stop, health=health, trigger=trigger))
+    try:
+        await eventually_async(
+            lambda: asyncio.sleep(0, result=len(w.temporal.called("describe")) >= 6),
+            what="three passes",
+            timeout=5,
+            interval=0.01,
+        )
+        assert not health.ready
+        assert w.events() == []  # unreachable: not posted on the objects
+    finally:
+        stop.set()
+        trigger.set()
+        await asyncio.wait_for(task, 5)
 
 
 # ---------------------------------------------------------------- on the time-skipping server
