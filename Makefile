@@ -27,6 +27,7 @@ demo: venv bins
 # pytest exits 5 when it ran no test; that is a failure here, as any non-zero code is.
 test: venv bins
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 

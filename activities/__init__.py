@@ -128,5 +128,13 @@ class RetirementActivities:
 
     def all(self) -> list[Callable[..., Any]]:
         """Every activity, for a Worker."""
-        return [self.admit, self.disqualify, self.withdraw, self.drain, self.delete,
-                self.settle, self.restore, self.publish]
+        return [
+            self.admit,
+            self.disqualify,
+            self.withdraw,
+            self.drain,
+            self.delete,
+            self.settle,
+            self.restore,
+            self.publish,
+        ]

@@ -40,8 +40,10 @@ from retirement.models import (
 )
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
 
-REF = re.compile(r"^(?P<ns>[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)/(?P<md>[a-z0-9]([-a-z0-9.]{0,251}"
-                 r"[a-z0-9])?)$")
+REF = re.compile(
+    r"^(?P<ns>[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)/(?P<md>[a-z0-9]([-a-z0-9.]{0,251}"
+    r"[a-z0-9])?)$"
+)
 
 
 class UsageError(Exception):
@@ -58,8 +60,9 @@ def parse_ref(ref: str) -> tuple[str, str]:
 
 def parser() -> argparse.ArgumentParser:
     """The argument parser."""
-    p = argparse.ArgumentParser(prog="retire", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="retire", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_connection_flags(p)
     add_task_queue_flag(p)
     sub = p.add_subparsers(dest="command", required=True)
@@ -80,8 +83,7 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("ref")
     st.add_argument("--role", required=True)
     st.add_argument("--ordinal", required=True, type=int)
-    st.add_argument("--budgets", default="{}",
-                    help='JSON, e.g. {"overall_s": 300, "drain_s": 240}')
+    st.add_argument("--budgets", default="{}", help='JSON, e.g. {"overall_s": 300, "drain_s": 240}')
     st.add_argument("--routerless-policy", default="hold", choices=["hold", "quiet-window"])
     return p
 
@@ -90,8 +92,9 @@ def _validated(build: Any) -> Any:
     try:
         return build()
     except (ValidationError, ValueError) as e:
-        raise UsageError(str(e).splitlines()[-1] if isinstance(e, ValidationError)
-                         else str(e)) from e
+        raise UsageError(
+            str(e).splitlines()[-1] if isinstance(e, ValidationError) else str(e)
+        ) from e
 
 
 async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> int:
@@ -103,10 +106,16 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
     elif args.command == "retry":
         retry_req = _validated(lambda: RetryRequest(token=args.token))
     elif args.command == "start":
-        start_req = _validated(lambda: RetirementRequest(
-            namespace=ns, deployment=md, role=args.role, ordinal=args.ordinal,
-            budgets=Budgets.model_validate(json.loads(args.budgets)),
-            routerless_policy=args.routerless_policy))
+        start_req = _validated(
+            lambda: RetirementRequest(
+                namespace=ns,
+                deployment=md,
+                role=args.role,
+                ordinal=args.ordinal,
+                budgets=Budgets.model_validate(json.loads(args.budgets)),
+                routerless_policy=args.routerless_policy,
+            )
+        )
     client = await connect(connection)
     handle = client.get_workflow_handle(wid, result_type=RetirementState)
     try:
@@ -131,8 +140,12 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
             print(f"cancel-intent signalled to {wid}")
         elif args.command == "start":
             await client.start_workflow(
-                RetirementWorkflow.run, start_req, id=wid, task_queue=args.task_queue,
-                search_attributes=initial_search_attributes(start_req))
+                RetirementWorkflow.run,
+                start_req,
+                id=wid,
+                task_queue=args.task_queue,
+                search_attributes=initial_search_attributes(start_req),
+            )
             print(f"started {wid}")
     except WorkflowUpdateFailedError as e:
         print(f"retire: refused: {e.cause}", file=sys.stderr)

@@ -425,9 +425,7 @@ def _next(p: P, done: Phase, at: datetime, budgets: Budgets) -> Decision:
 def _evidence_holds(p: Progress) -> bool:
     """Deleting needs withdrawal VERIFIED, then the drain VERIFIED after it, this attempt."""
     return (
-        p.withdrawn_at is not None
-        and p.drained_at is not None
-        and p.drained_at >= p.withdrawn_at
+        p.withdrawn_at is not None and p.drained_at is not None and p.drained_at >= p.withdrawn_at
     )
 
 
@@ -474,8 +472,9 @@ def _unknown(p: P, at: datetime, exhausted: str, budgets: Budgets) -> Decision:
 def _settled(p: P, e: Answered, budgets: Budgets) -> Decision:
     """Settling is after the point of no return: a verdict only says how it ended."""
     if e.verdict is Verdict.VERIFIED:
-        q = _enter(p.model_copy(update={"outcome": Outcome.COMPLETED}), Phase.COMPLETED, e.at,
-                   budgets)
+        q = _enter(
+            p.model_copy(update={"outcome": Outcome.COMPLETED}), Phase.COMPLETED, e.at, budgets
+        )
         return Decision(progress=_note(q, e.reason), action=Finish(Outcome.COMPLETED))
     assert p.phase_deadline is not None
     if e.verdict is Verdict.UNKNOWN and e.at < p.phase_deadline:
@@ -484,8 +483,9 @@ def _settled(p: P, e: Answered, budgets: Budgets) -> Decision:
 
 
 def _unsettled(p: P, at: datetime, reason: str, budgets: Budgets) -> Decision:
-    q = _enter(p.model_copy(update={"outcome": Outcome.COMPLETED_UNSETTLED}), Phase.COMPLETED,
-               at, budgets)
+    q = _enter(
+        p.model_copy(update={"outcome": Outcome.COMPLETED_UNSETTLED}), Phase.COMPLETED, at, budgets
+    )
     return Decision(progress=_note(q, reason), action=Finish(Outcome.COMPLETED_UNSETTLED))
 
 
@@ -496,29 +496,42 @@ def _deleted(p: P, e: Deleted, budgets: Budgets) -> Decision:
         q = _note(p, f"delete failed: {e.reason}", outcome=Outcome.COMPLETED_UNSETTLED)
         return Decision(progress=q, action=Finish(Outcome.COMPLETED_UNSETTLED, clear=False))
     q = _note(p, e.reason) if e.reason else p
-    return Decision(progress=_enter(q, Phase.SETTLING, e.at, budgets),
-                    action=RunPhase(Phase.SETTLING))
+    return Decision(
+        progress=_enter(q, Phase.SETTLING, e.at, budgets), action=RunPhase(Phase.SETTLING)
+    )
 
 
 def _restored(p: P, e: Restored) -> Decision:
     if not p.restoring:
         return Decision(progress=p, accepted=False, reply="no restore under way")
     unrestored = dict(e.held)
-    q = p.model_copy(update={"restoring": False, "unrestored": unrestored,
-                             "restore_rounds": p.restore_rounds + 1})
+    q = p.model_copy(
+        update={
+            "restoring": False,
+            "unrestored": unrestored,
+            "restore_rounds": p.restore_rounds + 1,
+        }
+    )
     if e.reason:
         q = _note(q, e.reason)
     if unrestored and unrestored != p.unrestored:  # noted once per change, not per round
-        q = _note(q, "not yet back in service: "
-                  + "; ".join(f"{k}: {v}" for k, v in sorted(unrestored.items())))
+        q = _note(
+            q,
+            "not yet back in service: "
+            + "; ".join(f"{k}: {v}" for k, v in sorted(unrestored.items())),
+        )
     elif p.unrestored and not unrestored:
         q = _note(q, "every member that qualifies is back in service")
     if q.cancelled:
-        return Decision(progress=q.model_copy(update={"outcome": Outcome.CANCELLED}),
-                        action=Finish(Outcome.CANCELLED))
+        return Decision(
+            progress=q.model_copy(update={"outcome": Outcome.CANCELLED}),
+            action=Finish(Outcome.CANCELLED),
+        )
     if q.cancel_intent is not None:
-        return Decision(progress=q.model_copy(update={"outcome": Outcome.CAPACITY_RETAINED}),
-                        action=Finish(Outcome.CAPACITY_RETAINED))
+        return Decision(
+            progress=q.model_copy(update={"outcome": Outcome.CAPACITY_RETAINED}),
+            action=Finish(Outcome.CAPACITY_RETAINED),
+        )
     q = q.model_copy(update={"outcome": Outcome.ABORTED})
     if hold_ends(q):  # a retry token that arrived during the restore
         return _hold_ended(q)
@@ -532,13 +545,19 @@ def _hold(p: P, at: datetime) -> Decision:
     when = p.recheck_at
     if when is None or when <= at:
         when = at + recheck_delay(p.restore_rounds - 1)
-    return Decision(progress=p.model_copy(update={"recheck_at": when}),
-                    action=Hold(recheck_at=when))
+    return Decision(
+        progress=p.model_copy(update={"recheck_at": when}), action=Hold(recheck_at=when)
+    )
 
 
 def _woke(p: P, e: Woke, budgets: Budgets) -> Decision:
-    if (not p.admitted and p.deadline is None and not p.restoring and not held(p)
-            and _interruption(p)):
+    if (
+        not p.admitted
+        and p.deadline is None
+        and not p.restoring
+        and not held(p)
+        and _interruption(p)
+    ):
         return _restore(p, _interruption(p), e.at, budgets)  # admission was interrupted
     if held(p) and not p.restoring:
         if hold_ends(p):
@@ -568,8 +587,10 @@ def _woke(p: P, e: Woke, budgets: Budgets) -> Decision:
 
 def _hold_ended(p: P) -> Decision:
     if p.cancelled:
-        return Decision(progress=p.model_copy(update={"outcome": Outcome.CANCELLED}),
-                        action=Finish(Outcome.CANCELLED))
+        return Decision(
+            progress=p.model_copy(update={"outcome": Outcome.CANCELLED}),
+            action=Finish(Outcome.CANCELLED),
+        )
     if p.cancel_intent is not None:
         q = p.model_copy(update={"outcome": Outcome.CAPACITY_RETAINED})
         return Decision(progress=q, action=Finish(Outcome.CAPACITY_RETAINED))
@@ -581,8 +602,9 @@ def _hold_ended(p: P) -> Decision:
 def _abort_requested(p: P, e: AbortRequested) -> Decision:
     refusal = abort_refusal(p)
     if refusal:
-        return Decision(progress=_note(p, f"abort signal ignored: {refusal}"), accepted=False,
-                        reply=refusal)
+        return Decision(
+            progress=_note(p, f"abort signal ignored: {refusal}"), accepted=False, reply=refusal
+        )
     q = _note(p, f"abort requested: {e.reason}", abort_requested=e.reason)
     return Decision(progress=q, reply=f"aborting in phase {p.phase}")
 
@@ -603,10 +625,15 @@ def _cancelled(p: P, e: Cancelled) -> Decision:
         return Decision(progress=p.model_copy(update={"cancelled": True}))  # the hold ends
     if p.restoring or not abortable(p.phase):
         # The restore, or the remaining deletes, finish first; the cancellation is kept.
-        return Decision(progress=_note(p, f"cancelled in {p.phase}: finishing it first",
-                                       cancelled=True))
-    q = _note(p, f"cancelled in {p.phase}: aborting", cancelled=True,
-              abort_requested=p.abort_requested or "workflow cancelled")
+        return Decision(
+            progress=_note(p, f"cancelled in {p.phase}: finishing it first", cancelled=True)
+        )
+    q = _note(
+        p,
+        f"cancelled in {p.phase}: aborting",
+        cancelled=True,
+        abort_requested=p.abort_requested or "workflow cancelled",
+    )
     return Decision(progress=q)
 
 
@@ -620,8 +647,15 @@ def _retry_offered(p: P, e: RetryOffered) -> Decision:
         q = p.model_copy(update={"retry_token": e.token})
         return Decision(progress=q, reply="a fresh attempt starts", retry=decision)
     if decision is RetryDecision.REPLAY:
-        return Decision(progress=_note(p, f"retry token {e.token!r} is a replay: ignored"),
-                        accepted=False, reply="replay: ignored", retry=decision)
-    return Decision(progress=_note(p, f"retry token {e.token!r} ignored: not aborted"),
-                    accepted=False, reply=f"not aborted (phase {p.phase}): ignored",
-                    retry=decision)
+        return Decision(
+            progress=_note(p, f"retry token {e.token!r} is a replay: ignored"),
+            accepted=False,
+            reply="replay: ignored",
+            retry=decision,
+        )
+    return Decision(
+        progress=_note(p, f"retry token {e.token!r} ignored: not aborted"),
+        accepted=False,
+        reply=f"not aborted (phase {p.phase}): ignored",
+        retry=decision,
+    )

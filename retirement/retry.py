@@ -23,8 +23,10 @@ class RetryDecision(StrEnum):
 def validate_token(token: str) -> str:
     """Return ``token`` if well formed, else raise ValueError with the rule."""
     if not isinstance(token, str) or not TOKEN_RE.fullmatch(token):
-        raise ValueError("a retry token is 1-63 characters of letters, digits, '.', '_' or '-',"
-                         " starting with a letter or digit")
+        raise ValueError(
+            "a retry token is 1-63 characters of letters, digits, '.', '_' or '-',"
+            " starting with a letter or digit"
+        )
     return token
 
 

@@ -84,8 +84,9 @@ def read_shape(
 ) -> ShapeReading:
     """Read a role's shape from its engine, kind, size and ``extraArgs``."""
     if command:
-        return ShapeReading(Shape.UNMANAGED, "the role replaced its command line; its shape "
-                                             "cannot be read")
+        return ShapeReading(
+            Shape.UNMANAGED, "the role replaced its command line; its shape cannot be read"
+        )
     if size < 1:
         return ShapeReading(Shape.UNDECIDABLE, f"size {size} is not a member count")
     kind = role_kind or "Server"
@@ -101,23 +102,29 @@ def read_shape(
 
 def _read_vllm(kind: str, size: int, flags: Mapping[str, list[str]]) -> ShapeReading:
     if kind != "Server":
-        return ShapeReading(Shape.DISAGGREGATED, f"role kind {kind} is a prefill/decode "
-                                                 "(disaggregated) member")
+        return ShapeReading(
+            Shape.DISAGGREGATED, f"role kind {kind} is a prefill/decode (disaggregated) member"
+        )
     external = "--data-parallel-external-lb" in flags or "--data-parallel-rank" in flags
     hybrid = "--data-parallel-hybrid-lb" in flags
     if external and hybrid:
-        return ShapeReading(Shape.UNDECIDABLE, "--data-parallel-external-lb/--data-parallel-rank "
-                                               "and --data-parallel-hybrid-lb disagree")
+        return ShapeReading(
+            Shape.UNDECIDABLE,
+            "--data-parallel-external-lb/--data-parallel-rank "
+            "and --data-parallel-hybrid-lb disagree",
+        )
     if "--kv-transfer-config" in flags:
-        return ShapeReading(Shape.UNDECIDABLE, "role kind Server and --kv-transfer-config "
-                                               "(disaggregation) disagree")
+        return ShapeReading(
+            Shape.UNDECIDABLE, "role kind Server and --kv-transfer-config (disaggregation) disagree"
+        )
     if size == 1:
         return ShapeReading(Shape.SINGLE)
     if external:
         return ShapeReading(Shape.EXTERNAL_DP)
     if hybrid:
-        return ShapeReading(Shape.UNDECIDABLE, "--data-parallel-hybrid-lb across members is not "
-                                               "a supported shape")
+        return ShapeReading(
+            Shape.UNDECIDABLE, "--data-parallel-hybrid-lb across members is not a supported shape"
+        )
     return ShapeReading(Shape.LEADER_SERVED)
 
 
@@ -125,15 +132,20 @@ def _read_sglang(kind: str, size: int, flags: Mapping[str, list[str]]) -> ShapeR
     mode = _one(flags, "--disaggregation-mode")
     if mode in ("prefill", "decode"):
         if kind == "Server":
-            return ShapeReading(Shape.UNDECIDABLE, f"role kind Server and --disaggregation-mode "
-                                                   f"{mode} disagree")
-        return ShapeReading(Shape.DISAGGREGATED, f"--disaggregation-mode {mode} is a "
-                                                 "prefill/decode (disaggregated) member")
+            return ShapeReading(
+                Shape.UNDECIDABLE, f"role kind Server and --disaggregation-mode {mode} disagree"
+            )
+        return ShapeReading(
+            Shape.DISAGGREGATED,
+            f"--disaggregation-mode {mode} is a prefill/decode (disaggregated) member",
+        )
     if mode not in (None, "null"):
         return ShapeReading(Shape.UNDECIDABLE, f"unknown --disaggregation-mode {mode!r}")
     if kind != "Server":
-        return ShapeReading(Shape.UNDECIDABLE, f"role kind {kind} and a command line without "
-                                               "--disaggregation-mode disagree")
+        return ShapeReading(
+            Shape.UNDECIDABLE,
+            f"role kind {kind} and a command line without --disaggregation-mode disagree",
+        )
     nnodes = _one(flags, "--nnodes")
     if nnodes is not None:
         if not is_decimal(nnodes) or int(nnodes) < 1:

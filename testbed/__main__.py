@@ -47,12 +47,16 @@ def say(msg: str) -> None:
 
 def manifest(name: str, engine: str) -> dict[str, Any]:
     """A 2-replica ModelDeployment behind the SGLang gateway."""
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ModelDeployment",
-            "metadata": {"name": name},
-            "spec": {"engine": {"name": engine, "version": "0.29.0" if engine == "vLLM"
-                                else "0.5.21"},
-                     "router": {"kind": "sglang-gateway"},
-                     "roles": [{"name": "server", "kind": "Server", "replicas": 2, "size": 1}]}}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ModelDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "engine": {"name": engine, "version": "0.29.0" if engine == "vLLM" else "0.5.21"},
+            "router": {"kind": "sglang-gateway"},
+            "roles": [{"name": "server", "kind": "Server", "replicas": 2, "size": 1}],
+        },
+    }
 
 
 async def demo(args: argparse.Namespace) -> int:
@@ -81,32 +85,65 @@ async def demo(args: argparse.Namespace) -> int:
             co.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, manifest(name, engine))
         bed.operator(NS, request_seconds=2.0)
         core = client.CoreV1Api(api)
-        wait_for("4 serving member Pods", lambda: len([
-            p for p in core.list_namespaced_pod(
-                NS, label_selector="modeldeployment.gpustack.ai/endpoint-eligible=true").items
-        ]) == 4, timeout=90)
+        wait_for(
+            "4 serving member Pods",
+            lambda: (
+                len(
+                    [
+                        p
+                        for p in core.list_namespaced_pod(
+                            NS, label_selector="modeldeployment.gpustack.ai/endpoint-eligible=true"
+                        ).items
+                    ]
+                )
+                == 4
+            ),
+            timeout=90,
+        )
         routers = {name: bed.start_sglang_router(NS, name) for name, _ in DEPLOYMENTS}
-        say("ModelDeployments llama (vLLM) and qwen (SGLang), 2 replicas each, "
-            "behind the SGLang model gateway:")
+        say(
+            "ModelDeployments llama (vLLM) and qwen (SGLang), 2 replicas each, "
+            "behind the SGLang model gateway:"
+        )
         print(f"    kubectl --kubeconfig {bed.cp.kubeconfig} get md,pods -n {NS} -o wide")
         print(f"    Temporal UI: {cfg.ui_url}")
-        tc = await Client.connect(cfg.address, namespace=cfg.namespace,
-                                  data_converter=pydantic_data_converter)
+        tc = await Client.connect(
+            cfg.address, namespace=cfg.namespace, data_converter=pydantic_data_converter
+        )
         kube = Kube.from_config(kubeconfig=str(bed.cp.kubeconfig))
         with ThreadPoolExecutor(max_workers=8) as pool:
             async with build_worker(tc, task_queue=cfg.task_queue, kube=kube, executor=pool):
                 say(f"worker on task queue {cfg.task_queue!r}")
-                watcher = Child(name="watcher", argv=[
-                    sys.executable, "-m", "watcher", "--kubeconfig", str(bed.cp.kubeconfig),
-                    "--address", cfg.address, "--namespace", cfg.namespace,
-                    "--task-queue", cfg.task_queue, "--watch-namespace", NS, "--resync", "2"],
-                    log_path=REPO_ROOT / ".bed" / "demo" / "logs" / "watcher.log")
+                watcher = Child(
+                    name="watcher",
+                    argv=[
+                        sys.executable,
+                        "-m",
+                        "watcher",
+                        "--kubeconfig",
+                        str(bed.cp.kubeconfig),
+                        "--address",
+                        cfg.address,
+                        "--namespace",
+                        cfg.namespace,
+                        "--task-queue",
+                        cfg.task_queue,
+                        "--watch-namespace",
+                        NS,
+                        "--resync",
+                        "2",
+                    ],
+                    log_path=REPO_ROOT / ".bed" / "demo" / "logs" / "watcher.log",
+                )
                 say(f"watcher running (log: {watcher.log_path})")
                 if not args.no_retire:
-                    load = Load(routers["llama"], streams=args.streams, min_s=1, max_s=5,
-                                max_duration_s=900).start()
-                    say(f"load: {args.streams} request streams (1-5 s each) through the "
-                        "llama gateway")
+                    load = Load(
+                        routers["llama"], streams=args.streams, min_s=1, max_s=5, max_duration_s=900
+                    ).start()
+                    say(
+                        f"load: {args.streams} request streams (1-5 s each) through the "
+                        "llama gateway"
+                    )
                     await asyncio.sleep(3)
                     await retire_one(tc, co, cfg.ui_url)
                     await asyncio.sleep(2)
@@ -138,8 +175,9 @@ async def retire_one(tc: Client, co: client.CustomObjectsApi, ui: str) -> None:
     md = co.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "llama")
     roles = md["spec"]["roles"]
     roles[0]["replicas"] = 1
-    co.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "llama",
-                                      {"spec": {"roles": roles}})
+    co.patch_namespaced_custom_object(
+        GROUP, VERSION, NS, PLURAL, "llama", {"spec": {"roles": roles}}
+    )
     say("scaled llama to 1 replica (kubectl would do the same); the watcher takes it from here")
     handle = tc.get_workflow_handle(wid, result_type=RetirementState)
     while True:
@@ -161,8 +199,9 @@ async def retire_one(tc: Client, co: client.CustomObjectsApi, ui: str) -> None:
             break
         await asyncio.sleep(0.2)
     tl = st.phase_timeline
-    spans = ", ".join(f"{p} {(tl[i + 1][1] - t).total_seconds():.2f} s"
-                      for i, (p, t) in enumerate(tl[:-1]))
+    spans = ", ".join(
+        f"{p} {(tl[i + 1][1] - t).total_seconds():.2f} s" for i, (p, t) in enumerate(tl[:-1])
+    )
     say(f"retirement {st.outcome}: {spans}")
     for r in st.reasons:
         print(f"    {r}")

@@ -52,14 +52,28 @@ class Bed:
         self.cp.start()
         self.hub = Child(
             name="emulator-hub",
-            argv=self.net.in_ns([sys.executable, "-m", "testbed.emulator",
-                                 "--control-host", self.net.ns_ip,
-                                 "--control-port", str(HUB_PORT), "--address-dev", "lo"]),
+            argv=self.net.in_ns(
+                [
+                    sys.executable,
+                    "-m",
+                    "testbed.emulator",
+                    "--control-host",
+                    self.net.ns_ip,
+                    "--control-port",
+                    str(HUB_PORT),
+                    "--address-dev",
+                    "lo",
+                ]
+            ),
             log_path=self.state_dir / "logs" / "emulator-hub.log",
             env=_no_proxy_env(),
         )
-        wait_until("emulator hub", lambda: self.hub_call("GET", "/health") is not None,
-                   timeout=30, child=self.hub)
+        wait_until(
+            "emulator hub",
+            lambda: self.hub_call("GET", "/health") is not None,
+            timeout=30,
+            child=self.hub,
+        )
         return self
 
     def stop(self) -> None:
@@ -101,15 +115,18 @@ class Bed:
 
     def operator(self, namespace: str, *, request_seconds: float = 1.0) -> StandInOperator:
         """Start a stand-in operator for ``namespace``."""
-        op = StandInOperator(api=self.api_client(), namespace=namespace, hub_url=self.hub_url,
-                             request_seconds=request_seconds).start()
+        op = StandInOperator(
+            api=self.api_client(),
+            namespace=namespace,
+            hub_url=self.hub_url,
+            request_seconds=request_seconds,
+        ).start()
         self.operators.append(op)
         return op
 
     # ------------------------------------------------------------------ routers
 
-    def start_sglang_router(self, namespace: str, deployment: str,
-                            *, timeout: float = 60) -> str:
+    def start_sglang_router(self, namespace: str, deployment: str, *, timeout: float = 60) -> str:
         """Run the real SGLang model gateway for ``deployment`` on its router Pod's address,
         with Kubernetes service discovery selecting eligible members.  Returns its URL."""
         core = client.CoreV1Api(self.api_client())
@@ -127,21 +144,38 @@ class Bed:
         env["KUBECONFIG"] = str(self.cp.kubeconfig)
         child = Child(
             name=f"sglang-router-{deployment}",
-            argv=self.net.in_ns([
-                str(venv_bin("sglang-router")), "launch",
-                "--host", ip, "--port", str(ROUTER_PORT),
-                "--service-discovery",
-                "--selector", f"{LABEL_INSTANCE}={deployment}", f"{LABEL_ELIGIBLE}=true",
-                "--service-discovery-port", str(SERVE_PORT),
-                "--service-discovery-namespace", namespace,
-                "--policy", "round_robin",
-                # Its Prometheus exporter binds to its own Pod address (routers share the
-                # namespace's loopback).
-                "--prometheus-host", ip, "--prometheus-port", "29000",
-                "--health-check-interval-secs", "1",
-                "--worker-startup-check-interval", "1",
-                "--log-level", "info",
-            ]),
+            argv=self.net.in_ns(
+                [
+                    str(venv_bin("sglang-router")),
+                    "launch",
+                    "--host",
+                    ip,
+                    "--port",
+                    str(ROUTER_PORT),
+                    "--service-discovery",
+                    "--selector",
+                    f"{LABEL_INSTANCE}={deployment}",
+                    f"{LABEL_ELIGIBLE}=true",
+                    "--service-discovery-port",
+                    str(SERVE_PORT),
+                    "--service-discovery-namespace",
+                    namespace,
+                    "--policy",
+                    "round_robin",
+                    # Its Prometheus exporter binds to its own Pod address (routers share the
+                    # namespace's loopback).
+                    "--prometheus-host",
+                    ip,
+                    "--prometheus-port",
+                    "29000",
+                    "--health-check-interval-secs",
+                    "1",
+                    "--worker-startup-check-interval",
+                    "1",
+                    "--log-level",
+                    "info",
+                ]
+            ),
             log_path=self.state_dir / "logs" / f"sglang-router-{deployment}.log",
             env=env,
         )
@@ -159,8 +193,7 @@ class Bed:
 
 def _no_proxy_env() -> dict[str, str]:
     env = dict(os.environ)
-    for key in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
-                "all_proxy"):
+    for key in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy"):
         env.pop(key, None)
     env["NO_PROXY"] = "*"
     return env

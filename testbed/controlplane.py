@@ -120,13 +120,24 @@ class ControlPlane:
         data = self.state_dir / "etcd"
         child = Child(
             name="etcd",
-            argv=[str(etcd_bin()), "--data-dir", str(data),
-                  "--listen-client-urls", f"http://127.0.0.1:{port}",
-                  "--advertise-client-urls", f"http://127.0.0.1:{port}",
-                  "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-                  "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-                  "--initial-cluster", f"default=http://127.0.0.1:{peer}",
-                  "--unsafe-no-fsync", "--log-level", "warn"],
+            argv=[
+                str(etcd_bin()),
+                "--data-dir",
+                str(data),
+                "--listen-client-urls",
+                f"http://127.0.0.1:{port}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{port}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-cluster",
+                f"default=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync",
+                "--log-level",
+                "warn",
+            ],
             log_path=self.state_dir / "logs" / "etcd.log",
         )
         self.children.append(child)
@@ -143,43 +154,52 @@ class ControlPlane:
         tokens.write_text(f'{ADMIN_TOKEN},bed-admin,bed-admin-uid,"system:masters"\n')
         child = Child(
             name="kube-apiserver",
-            argv=[str(k8s_bin("kube-apiserver")),
-                  f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-                  f"--cert-dir={self.state_dir / 'apiserver-certs'}",
-                  f"--tls-cert-file={pki.server_cert}",
-                  f"--tls-private-key-file={pki.server_key}",
-                  f"--secure-port={self.api_port}",
-                  f"--bind-address={self.net.host_ip}",
-                  f"--advertise-address={self.net.host_ip}",
-                  "--endpoint-reconciler-type=none",
-                  f"--service-cluster-ip-range={self.net.service_cidr}",
-                  "--allow-privileged=true",
-                  "--authorization-mode=RBAC",
-                  f"--token-auth-file={tokens}",
-                  "--service-account-issuer=https://kubernetes.default.svc",
-                  f"--service-account-key-file={pki.sa_pub}",
-                  f"--service-account-signing-key-file={pki.sa_key}",
-                  "--kubelet-preferred-address-types=InternalIP,Hostname",
-                  "--enable-priority-and-fairness=false",
-                  "--profiling=false",
-                  "--v=0"],
+            argv=[
+                str(k8s_bin("kube-apiserver")),
+                f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+                f"--cert-dir={self.state_dir / 'apiserver-certs'}",
+                f"--tls-cert-file={pki.server_cert}",
+                f"--tls-private-key-file={pki.server_key}",
+                f"--secure-port={self.api_port}",
+                f"--bind-address={self.net.host_ip}",
+                f"--advertise-address={self.net.host_ip}",
+                "--endpoint-reconciler-type=none",
+                f"--service-cluster-ip-range={self.net.service_cidr}",
+                "--allow-privileged=true",
+                "--authorization-mode=RBAC",
+                f"--token-auth-file={tokens}",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={pki.sa_pub}",
+                f"--service-account-signing-key-file={pki.sa_key}",
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
+                "--enable-priority-and-fairness=false",
+                "--profiling=false",
+                "--v=0",
+            ],
             log_path=self.state_dir / "logs" / "kube-apiserver.log",
         )
         self.children.append(child)
-        wait_until("kube-apiserver /readyz", lambda: self._get("/readyz") == "ok",
-                   timeout=120, child=child, interval=0.5)
+        wait_until(
+            "kube-apiserver /readyz",
+            lambda: self._get("/readyz") == "ok",
+            timeout=120,
+            child=child,
+            interval=0.5,
+        )
 
     def _start_controller_manager(self) -> None:
         child = Child(
             name="kube-controller-manager",
-            argv=[str(k8s_bin("kube-controller-manager")),
-                  f"--kubeconfig={self.kubeconfig}",
-                  "--controllers=endpointslice,garbagecollector,namespace,serviceaccount",
-                  "--leader-elect=false",
-                  "--secure-port=0",
-                  "--concurrent-service-endpoint-syncs=5",
-                  "--endpointslice-updates-batch-period=0s",
-                  "--v=0"],
+            argv=[
+                str(k8s_bin("kube-controller-manager")),
+                f"--kubeconfig={self.kubeconfig}",
+                "--controllers=endpointslice,garbagecollector,namespace,serviceaccount",
+                "--leader-elect=false",
+                "--secure-port=0",
+                "--concurrent-service-endpoint-syncs=5",
+                "--endpointslice-updates-batch-period=0s",
+                "--v=0",
+            ],
             log_path=self.state_dir / "logs" / "kube-controller-manager.log",
         )
         self.children.append(child)
@@ -196,24 +216,28 @@ class ControlPlane:
         configs += ["--config", str(exec_cfg)]
         child = Child(
             name="kwok",
-            argv=self.net.in_ns([
-                str(kwok_bin()), f"--kubeconfig={self.kubeconfig}",
-                "--manage-all-nodes=false",
-                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-                f"--cidr={self.net.pod_cidr}",
-                f"--node-ip={self.net.ns_ip}",
-                f"--node-name={NODE_NAME}",
-                f"--node-port={KWOK_NODE_PORT}",
-                f"--server-address={self.net.ns_ip}:{KWOK_NODE_PORT}",
-                *configs,
-            ]),
+            argv=self.net.in_ns(
+                [
+                    str(kwok_bin()),
+                    f"--kubeconfig={self.kubeconfig}",
+                    "--manage-all-nodes=false",
+                    "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                    f"--cidr={self.net.pod_cidr}",
+                    f"--node-ip={self.net.ns_ip}",
+                    f"--node-name={NODE_NAME}",
+                    f"--node-port={KWOK_NODE_PORT}",
+                    f"--server-address={self.net.ns_ip}:{KWOK_NODE_PORT}",
+                    *configs,
+                ]
+            ),
             log_path=self.state_dir / "logs" / "kwok.log",
             env=self._kwok_env(),
         )
         self.children.append(child)
         wait_until("kwok node Ready", self._node_ready, timeout=60, child=child)
-        wait_until("kwok kubelet port", lambda: self._ns_port_open(KWOK_NODE_PORT),
-                   timeout=30, child=child)
+        wait_until(
+            "kwok kubelet port", lambda: self._ns_port_open(KWOK_NODE_PORT), timeout=30, child=child
+        )
 
     def _kwok_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -229,10 +253,16 @@ class ControlPlane:
             "apiVersion": "kwok.x-k8s.io/v1alpha1",
             "kind": "ClusterExec",
             "metadata": {"name": "bed-exec"},
-            "spec": {"execs": [{"local": {
-                "workDir": str(self.state_dir),
-                "envs": [{"name": "NO_PROXY", "value": "*"}],
-            }}]},
+            "spec": {
+                "execs": [
+                    {
+                        "local": {
+                            "workDir": str(self.state_dir),
+                            "envs": [{"name": "NO_PROXY", "value": "*"}],
+                        }
+                    }
+                ]
+            },
         }
 
     # ------------------------------------------------------------ helpers
@@ -251,11 +281,14 @@ class ControlPlane:
     def _raw(self, method: str, path: str, body: dict[str, Any] | None) -> bytes:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(
-            self.server + path, data=data, method=method,
-            headers={"Authorization": f"Bearer {ADMIN_TOKEN}",
-                     "Content-Type": "application/json"})
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
-                                             urllib.request.HTTPSHandler(context=self._ssl()))
+            self.server + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"},
+        )
+        opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=self._ssl())
+        )
         try:
             with opener.open(req, timeout=10) as resp:
                 payload: bytes = resp.read()
@@ -265,9 +298,17 @@ class ControlPlane:
 
     def _write_kubeconfig(self) -> None:
         cfg = {
-            "apiVersion": "v1", "kind": "Config",
-            "clusters": [{"name": "bed", "cluster": {
-                "server": self.server, "certificate-authority": str(self.pki.ca_cert)}}],
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "bed",
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority": str(self.pki.ca_cert),
+                    },
+                }
+            ],
             "users": [{"name": "bed-admin", "user": {"token": ADMIN_TOKEN}}],
             "contexts": [{"name": "bed", "context": {"cluster": "bed", "user": "bed-admin"}}],
             "current-context": "bed",
@@ -277,28 +318,37 @@ class ControlPlane:
     def _apply_file(self, path: Path) -> None:
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") == "CustomResourceDefinition":
-                self._request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                              doc)
+                self._request(
+                    "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc
+                )
 
     def _wait_crd(self) -> None:
         def established() -> bool:
             crd = self._request(
-                "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
-                       "modeldeployments.worker.gpustack.ai")
+                "GET",
+                "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+                "modeldeployments.worker.gpustack.ai",
+            )
             conds = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
             return conds.get("Established") == "True"
 
         wait_until("ModelDeployment CRD established", established, timeout=30)
 
     def _create_node(self) -> None:
-        self._request("POST", "/api/v1/nodes", {
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": NODE_NAME,
-                         "annotations": {"kwok.x-k8s.io/node": "fake"},
-                         "labels": {"kubernetes.io/hostname": NODE_NAME,
-                                    "type": "kwok"}},
-            "spec": {},
-        })
+        self._request(
+            "POST",
+            "/api/v1/nodes",
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": NODE_NAME,
+                    "annotations": {"kwok.x-k8s.io/node": "fake"},
+                    "labels": {"kubernetes.io/hostname": NODE_NAME, "type": "kwok"},
+                },
+                "spec": {},
+            },
+        )
 
     def _node_ready(self) -> bool:
         node = self._request("GET", f"/api/v1/nodes/{NODE_NAME}")

@@ -56,8 +56,13 @@ class Load:
         with httpx.Client(trust_env=False, timeout=self.max_s + 10) as http:
             while not self._stop.is_set() and time.monotonic() < deadline:
                 seconds = rng.uniform(self.min_s, self.max_s)
-                body = {"model": "emulated", "prompt": f"stream {i}", "max_tokens": 32,
-                        "emulate_seconds": round(seconds, 2), "stream": self.stream}
+                body = {
+                    "model": "emulated",
+                    "prompt": f"stream {i}",
+                    "max_tokens": 32,
+                    "emulate_seconds": round(seconds, 2),
+                    "stream": self.stream,
+                }
                 try:
                     good, kind = self._one(http, body)
                 except (httpx.HTTPError, ValueError) as e:

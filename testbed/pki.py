@@ -52,17 +52,62 @@ def make_pki(directory: Path, *, ips: list[str]) -> Pki:
     """A CA, a serving certificate for ``ips`` (and localhost), and a service-account key."""
     directory.mkdir(parents=True, exist_ok=True)
     pki = Pki(directory)
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
-             "-keyout", str(pki.ca_key), "-out", str(pki.ca_cert), "-subj", "/CN=llm-retire-bed-ca")
-    san = ",".join([*(f"IP:{ip}" for ip in ips), "DNS:localhost", "DNS:kubernetes",
-                    "DNS:kubernetes.default", "DNS:kubernetes.default.svc"])
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "30",
+        "-keyout",
+        str(pki.ca_key),
+        "-out",
+        str(pki.ca_cert),
+        "-subj",
+        "/CN=llm-retire-bed-ca",
+    )
+    san = ",".join(
+        [
+            *(f"IP:{ip}" for ip in ips),
+            "DNS:localhost",
+            "DNS:kubernetes",
+            "DNS:kubernetes.default",
+            "DNS:kubernetes.default.svc",
+        ]
+    )
     csr = directory / "apiserver.csr"
     ext = directory / "apiserver.ext"
     ext.write_text(f"subjectAltName={san}\nextendedKeyUsage=serverAuth\n")
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(pki.server_key),
-             "-out", str(csr), "-subj", "/CN=kube-apiserver")
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(pki.ca_cert), "-CAkey", str(pki.ca_key),
-             "-CAcreateserial", "-days", "30", "-out", str(pki.server_cert), "-extfile", str(ext))
+    _openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(pki.server_key),
+        "-out",
+        str(csr),
+        "-subj",
+        "/CN=kube-apiserver",
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(pki.ca_cert),
+        "-CAkey",
+        str(pki.ca_key),
+        "-CAcreateserial",
+        "-days",
+        "30",
+        "-out",
+        str(pki.server_cert),
+        "-extfile",
+        str(ext),
+    )
     _openssl("genrsa", "-out", str(pki.sa_key), "2048")
     _openssl("rsa", "-in", str(pki.sa_key), "-pubout", "-out", str(pki.sa_pub))
     return pki

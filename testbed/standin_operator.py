@@ -113,9 +113,11 @@ class StandInOperator:
         """One level-based pass over every ModelDeployment and Pod of the namespace."""
         with self._lock:
             mds = client.CustomObjectsApi(self.api).list_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL)["items"]
+                GROUP, VERSION, self.namespace, PLURAL
+            )["items"]
             pods = self.core.list_namespaced_pod(
-                self.namespace, label_selector=f"{LABEL_NAME}={APP_NAME}").items
+                self.namespace, label_selector=f"{LABEL_NAME}={APP_NAME}"
+            ).items
             existing = {p.metadata.name for p in pods}
             for md in mds:
                 self._ensure_objects(md, existing)
@@ -125,15 +127,22 @@ class StandInOperator:
         name = md["metadata"]["name"]
         spec = md["spec"]
         engine = spec["engine"]["name"]
-        self._ensure_service(name, {LABEL_INSTANCE: name, LABEL_ELIGIBLE: "true"},
-                             headless=False, owner=md)
+        self._ensure_service(
+            name, {LABEL_INSTANCE: name, LABEL_ELIGIBLE: "true"}, headless=False, owner=md
+        )
         for role in spec.get("roles", []):
             size = int(role.get("size", 1))
             for ordinal in range(int(role["replicas"])):
                 self._ensure_service(
                     f"{name}-{role['name']}-{ordinal}",
-                    {LABEL_INSTANCE: name, LABEL_COMPONENT: role["name"],
-                     LABEL_ORDINAL: str(ordinal)}, headless=True, owner=md)
+                    {
+                        LABEL_INSTANCE: name,
+                        LABEL_COMPONENT: role["name"],
+                        LABEL_ORDINAL: str(ordinal),
+                    },
+                    headless=True,
+                    owner=md,
+                )
                 for member in range(size):
                     pod = member_name(name, role["name"], ordinal, member, size)
                     if pod not in existing:
@@ -143,31 +152,50 @@ class StandInOperator:
             self._create_router(md, router["kind"])
 
     def _owner(self, md: dict[str, Any]) -> list[client.V1OwnerReference]:
-        return [client.V1OwnerReference(api_version=f"{GROUP}/{VERSION}", kind="ModelDeployment",
-                                        name=md["metadata"]["name"], uid=md["metadata"]["uid"])]
+        return [
+            client.V1OwnerReference(
+                api_version=f"{GROUP}/{VERSION}",
+                kind="ModelDeployment",
+                name=md["metadata"]["name"],
+                uid=md["metadata"]["uid"],
+            )
+        ]
 
-    def _ensure_service(self, name: str, selector: dict[str, str], *, headless: bool,
-                        owner: dict[str, Any]) -> None:
+    def _ensure_service(
+        self, name: str, selector: dict[str, str], *, headless: bool, owner: dict[str, Any]
+    ) -> None:
         svc = client.V1Service(
-            metadata=client.V1ObjectMeta(name=name, owner_references=self._owner(owner),
-                                         labels={LABEL_INSTANCE: owner["metadata"]["name"]}),
+            metadata=client.V1ObjectMeta(
+                name=name,
+                owner_references=self._owner(owner),
+                labels={LABEL_INSTANCE: owner["metadata"]["name"]},
+            ),
             spec=client.V1ServiceSpec(
                 selector=selector,
                 cluster_ip="None" if headless else None,
                 publish_not_ready_addresses=True if headless else None,
-                ports=[client.V1ServicePort(name="http", port=SERVE_PORT,
-                                            target_port=SERVE_PORT)],
+                ports=[client.V1ServicePort(name="http", port=SERVE_PORT, target_port=SERVE_PORT)],
             ),
         )
         with contextlib.suppress(ApiException):
             self.core.create_namespaced_service(self.namespace, svc)
 
-    def _create_member(self, md: dict[str, Any], role: dict[str, Any], ordinal: int,
-                       member: int, size: int, engine: str) -> None:
+    def _create_member(
+        self,
+        md: dict[str, Any],
+        role: dict[str, Any],
+        ordinal: int,
+        member: int,
+        size: int,
+        engine: str,
+    ) -> None:
         name = md["metadata"]["name"]
         labels = {
-            LABEL_NAME: APP_NAME, LABEL_INSTANCE: name, LABEL_COMPONENT: role["name"],
-            LABEL_ROLE_KIND: role.get("kind", "Server"), LABEL_ORDINAL: str(ordinal),
+            LABEL_NAME: APP_NAME,
+            LABEL_INSTANCE: name,
+            LABEL_COMPONENT: role["name"],
+            LABEL_ROLE_KIND: role.get("kind", "Server"),
+            LABEL_ORDINAL: str(ordinal),
         }
         if size > 1:
             labels[LABEL_MEMBER_INDEX] = str(member)
@@ -175,17 +203,23 @@ class StandInOperator:
             metadata=client.V1ObjectMeta(
                 name=member_name(name, role["name"], ordinal, member, size),
                 labels=labels,
-                annotations={ANNOTATION_PROM_PORT: str(next(_metrics_ports)),
-                             ANNOTATION_PROM_SCHEME: "http", ANNOTATION_PROM_PATH: "/metrics"},
+                annotations={
+                    ANNOTATION_PROM_PORT: str(next(_metrics_ports)),
+                    ANNOTATION_PROM_SCHEME: "http",
+                    ANNOTATION_PROM_PATH: "/metrics",
+                },
                 owner_references=self._owner(md),
             ),
             spec=client.V1PodSpec(
                 node_name=NODE_NAME,
-                containers=[client.V1Container(
-                    name=ENGINE_CONTAINER, image=f"emulated/{engine.lower()}:latest",
-                    args=list(role.get("extraArgs") or []),
-                    ports=[client.V1ContainerPort(name="http", container_port=SERVE_PORT)],
-                )],
+                containers=[
+                    client.V1Container(
+                        name=ENGINE_CONTAINER,
+                        image=f"emulated/{engine.lower()}:latest",
+                        args=list(role.get("extraArgs") or []),
+                        ports=[client.V1ContainerPort(name="http", container_port=SERVE_PORT)],
+                    )
+                ],
                 termination_grace_period_seconds=0,
             ),
         )
@@ -202,9 +236,13 @@ class StandInOperator:
             ),
             spec=client.V1PodSpec(
                 node_name=NODE_NAME,
-                containers=[client.V1Container(
-                    name="router", image=f"emulated/{kind}:latest",
-                    ports=[client.V1ContainerPort(name="http", container_port=ROUTER_PORT)])],
+                containers=[
+                    client.V1Container(
+                        name="router",
+                        image=f"emulated/{kind}:latest",
+                        ports=[client.V1ContainerPort(name="http", container_port=ROUTER_PORT)],
+                    )
+                ],
                 termination_grace_period_seconds=0,
             ),
         )
@@ -228,20 +266,28 @@ class StandInOperator:
                 if md is None:
                     continue
                 hub_name = f"{pod.metadata.name}.{uid[:8]}"
-                self._hub("POST", "/pods", {
-                    "name": hub_name, "engine": md["spec"]["engine"]["name"],
-                    "serve_host": pod.status.pod_ip, "serve_port": SERVE_PORT,
-                    "metrics_port": int(pod.metadata.annotations[ANNOTATION_PROM_PORT]),
-                    "request_seconds": self.request_seconds,
-                })
+                self._hub(
+                    "POST",
+                    "/pods",
+                    {
+                        "name": hub_name,
+                        "engine": md["spec"]["engine"]["name"],
+                        "serve_host": pod.status.pod_ip,
+                        "serve_port": SERVE_PORT,
+                        "metrics_port": int(pod.metadata.annotations[ANNOTATION_PROM_PORT]),
+                        "request_seconds": self.request_seconds,
+                    },
+                )
                 self._emulated[uid] = hub_name
             if uid in self._emulated and uid not in self._labelled:
                 md = mds.get(pod.metadata.labels.get(LABEL_INSTANCE, ""))
                 serving = None if md is None else self._serving(pod, pods, md)
                 if serving:
                     self.core.patch_namespaced_pod(
-                        pod.metadata.name, self.namespace,
-                        {"metadata": {"labels": {LABEL_ELIGIBLE: "true"}}})
+                        pod.metadata.name,
+                        self.namespace,
+                        {"metadata": {"labels": {LABEL_ELIGIBLE: "true"}}},
+                    )
                 if serving is not None:  # decided (undecidable now: try again next pass)
                     self._labelled.add(uid)
         for uid in [u for u in self._emulated if u not in live]:
@@ -250,23 +296,32 @@ class StandInOperator:
             del self._emulated[uid]
             self._labelled.discard(uid)
 
-    def _serving(self, pod: client.V1Pod, pods: list[client.V1Pod],
-                 md: dict[str, Any]) -> bool | None:
+    def _serving(
+        self, pod: client.V1Pod, pods: list[client.V1Pod], md: dict[str, Any]
+    ) -> bool | None:
         labels = pod.metadata.labels
-        role = next((r for r in md["spec"].get("roles", [])
-                     if r["name"] == labels.get(LABEL_COMPONENT)), None)
+        role = next(
+            (r for r in md["spec"].get("roles", []) if r["name"] == labels.get(LABEL_COMPONENT)),
+            None,
+        )
         if role is None:
             return False
         size = int(role.get("size", 1))
-        shape = read_shape(engine=md["spec"]["engine"]["name"], role_kind=role.get("kind", ""),
-                           size=size, extra_args=role.get("extraArgs") or [],
-                           command=role.get("command"))
-        group = [MemberPod(name=p.metadata.name, uid=p.metadata.uid, labels=p.metadata.labels)
-                 for p in pods
-                 if p.metadata.labels.get(LABEL_INSTANCE) == labels.get(LABEL_INSTANCE)
-                 and p.metadata.labels.get(LABEL_COMPONENT) == labels.get(LABEL_COMPONENT)
-                 and p.metadata.labels.get(LABEL_ORDINAL) == labels.get(LABEL_ORDINAL)
-                 and p.metadata.deletion_timestamp is None]
+        shape = read_shape(
+            engine=md["spec"]["engine"]["name"],
+            role_kind=role.get("kind", ""),
+            size=size,
+            extra_args=role.get("extraArgs") or [],
+            command=role.get("command"),
+        )
+        group = [
+            MemberPod(name=p.metadata.name, uid=p.metadata.uid, labels=p.metadata.labels)
+            for p in pods
+            if p.metadata.labels.get(LABEL_INSTANCE) == labels.get(LABEL_INSTANCE)
+            and p.metadata.labels.get(LABEL_COMPONENT) == labels.get(LABEL_COMPONENT)
+            and p.metadata.labels.get(LABEL_ORDINAL) == labels.get(LABEL_ORDINAL)
+            and p.metadata.deletion_timestamp is None
+        ]
         if not all(_ready(p) for p in pods if p.metadata.name in {g.name for g in group}):
             return None
         sel = select_members(shape=shape, size=size, members=group)

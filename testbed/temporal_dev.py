@@ -45,13 +45,19 @@ class TemporalDevConfig:
         """The Web UI's address."""
         return f"http://{self.host}:{self.ui_port}"
 
-    def with_ports(self, *, port: int, http_port: int, ui_port: int, metrics_port: int,
-                   db_filename: Path) -> TemporalDevConfig:
+    def with_ports(
+        self, *, port: int, http_port: int, ui_port: int, metrics_port: int, db_filename: Path
+    ) -> TemporalDevConfig:
         """The same configuration on other ports and another database (tests)."""
         return TemporalDevConfig(
-            address=f"{self.host}:{port}", http_port=http_port, ui_port=ui_port,
-            metrics_port=metrics_port, namespace=self.namespace, task_queue=self.task_queue,
-            db_filename=db_filename, search_attributes=dict(self.search_attributes),
+            address=f"{self.host}:{port}",
+            http_port=http_port,
+            ui_port=ui_port,
+            metrics_port=metrics_port,
+            namespace=self.namespace,
+            task_queue=self.task_queue,
+            db_filename=db_filename,
+            search_attributes=dict(self.search_attributes),
             dynamic_config=dict(self.dynamic_config),
         )
 
@@ -94,17 +100,26 @@ def search_attribute_keys(cfg: TemporalDevConfig) -> list[SearchAttributeKey[Any
 def dev_server_args(cfg: TemporalDevConfig) -> list[str]:
     """The ``temporal server start-dev`` arguments (after the executable) for ``cfg``."""
     args = [
-        "server", "start-dev",
-        "--ip", cfg.host,
-        "--port", str(cfg.port),
-        "--http-port", str(cfg.http_port),
-        "--ui-port", str(cfg.ui_port),
-        "--metrics-port", str(cfg.metrics_port),
-        "--namespace", cfg.namespace,
-        "--db-filename", str(cfg.db_filename),
+        "server",
+        "start-dev",
+        "--ip",
+        cfg.host,
+        "--port",
+        str(cfg.port),
+        "--http-port",
+        str(cfg.http_port),
+        "--ui-port",
+        str(cfg.ui_port),
+        "--metrics-port",
+        str(cfg.metrics_port),
+        "--namespace",
+        cfg.namespace,
+        "--db-filename",
+        str(cfg.db_filename),
         # The UI's newsfeed would reach outside the machine.
         "--ui-disable-news-fetch",
-        "--log-level", "warn",
+        "--log-level",
+        "warn",
     ]
     for name, kind in cfg.search_attributes.items():
         args += ["--search-attribute", f"{name}={kind}"]
@@ -128,7 +143,6 @@ def start_dev_server(cfg: TemporalDevConfig, *, log_dir: Path) -> Child:
         argv=[str(venv_bin("temporal")), *dev_server_args(cfg)],
         log_path=log_dir / "temporal.log",
     )
-    wait_until("temporal frontend", lambda: port_open(cfg.host, cfg.port), timeout=60,
-               child=child)
+    wait_until("temporal frontend", lambda: port_open(cfg.host, cfg.port), timeout=60, child=child)
     wait_until("temporal ui", lambda: ui_ok(cfg), timeout=60, child=child)
     return child

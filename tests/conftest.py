@@ -41,13 +41,16 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
 
 async def register_search_attributes(client: Client) -> None:
     """Register the custom search attributes through the operator service."""
-    indexed = {"Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
-               "Int": IndexedValueType.INDEXED_VALUE_TYPE_INT}
+    indexed = {
+        "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+        "Int": IndexedValueType.INDEXED_VALUE_TYPE_INT,
+    }
     await client.operator_service.add_search_attributes(
         AddSearchAttributesRequest(
             namespace=client.namespace,
-            search_attributes={name: indexed[kind]
-                               for name, kind in load_config().search_attributes.items()},
+            search_attributes={
+                name: indexed[kind] for name, kind in load_config().search_attributes.items()
+            },
         )
     )
 
@@ -60,8 +63,11 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
         data_converter=pydantic_data_converter,
         search_attributes=project_search_attributes(),
         ui=False,
-        dev_server_extra_args=["--ui-disable-news-fetch", "--dynamic-config-value",
-                               "system.forceSearchAttributesCacheRefreshOnRead=true"],
+        dev_server_extra_args=[
+            "--ui-disable-news-fetch",
+            "--dynamic-config-value",
+            "system.forceSearchAttributesCacheRefreshOnRead=true",
+        ],
     )
     try:
         yield env

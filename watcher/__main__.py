@@ -36,15 +36,31 @@ from watcher.reconcile import Reconciler, WatcherSettings
 log = logging.getLogger("retire-watcher")
 
 
-def watch_forever(kube: Kube, kind: Resource, trigger: threading.Event,
-                  stop: threading.Event, metrics: WatcherMetrics) -> None:
+def watch_forever(
+    kube: Kube,
+    kind: Resource,
+    trigger: threading.Event,
+    stop: threading.Event,
+    metrics: WatcherMetrics,
+) -> None:
     """List+watch ``kind`` and set ``trigger`` on every change, until ``stop``."""
-    watch_changes(kube, kind, on_change=trigger.set, stop=stop,
-                  on_restart=metrics.watch_restarts.labels(resource=kind).inc)
+    watch_changes(
+        kube,
+        kind,
+        on_change=trigger.set,
+        stop=stop,
+        on_restart=metrics.watch_restarts.labels(resource=kind).inc,
+    )
 
 
-async def act(rec: Reconciler, *, resync: float, stop: threading.Event, health: Health,
-              trigger: threading.Event) -> None:
+async def act(
+    rec: Reconciler,
+    *,
+    resync: float,
+    stop: threading.Event,
+    health: Health,
+    trigger: threading.Event,
+) -> None:
     """Reconcile on each trigger and at least every ``resync`` seconds, until ``stop``.
 
     Readiness follows the passes: ready while a healthy pass (``PassResult.healthy``) ended
@@ -62,8 +78,10 @@ async def act(rec: Reconciler, *, resync: float, stop: threading.Event, health: 
             if result.healthy:
                 health.pass_healthy()
             else:
-                log.warning("reconcile pass: no deployment could be reconciled (%d unreachable)",
-                            result.unreachable)
+                log.warning(
+                    "reconcile pass: no deployment could be reconciled (%d unreachable)",
+                    result.unreachable,
+                )
         await asyncio.to_thread(trigger.wait, resync)
 
 
@@ -74,8 +92,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add_connection_flags(p)
     add_task_queue_flag(p, environ=env)
     p.add_argument("--kubeconfig", default=env.get("KUBECONFIG") or None)
-    p.add_argument("--watch-namespace", action="append", default=None,
-                   help="reconcile only these Kubernetes namespaces (repeatable)")
+    p.add_argument(
+        "--watch-namespace",
+        action="append",
+        default=None,
+        help="reconcile only these Kubernetes namespaces (repeatable)",
+    )
     p.add_argument("--resync", type=float, default=5.0)
     p.add_argument("--budgets", default="{}", help="JSON budgets for started retirements")
     p.add_argument("--routerless-policy", default="hold", choices=["hold", "quiet-window"])
@@ -120,19 +142,26 @@ def main(argv: list[str] | None = None) -> int:
         metrics.leader.set(1)
         log.info("%s: leading", a.identity)
         for kind in ("pods", "modeldeployments"):
-            threading.Thread(target=watch_forever, args=(kube, kind, trigger, stop, metrics),
-                             daemon=True).start()
+            threading.Thread(
+                target=watch_forever, args=(kube, kind, trigger, stop, metrics), daemon=True
+            ).start()
 
         async def run() -> None:
             client = await connect_retrying(connection, stop=stop)
             if client is None:
                 return
-            rec = Reconciler(kube=kube, temporal=client, metrics=metrics,
-                             namespaces=a.watch_namespace,
-                             settings=WatcherSettings(
-                                 task_queue=a.task_queue, budgets=budgets,
-                                 routerless_policy=RouterlessPolicy(a.routerless_policy),
-                                 quiet_window_s=a.quiet_window))
+            rec = Reconciler(
+                kube=kube,
+                temporal=client,
+                metrics=metrics,
+                namespaces=a.watch_namespace,
+                settings=WatcherSettings(
+                    task_queue=a.task_queue,
+                    budgets=budgets,
+                    routerless_policy=RouterlessPolicy(a.routerless_policy),
+                    quiet_window_s=a.quiet_window,
+                ),
+            )
             await act(rec, resync=a.resync, stop=stop, health=health, trigger=trigger)
 
         asyncio.run(run())
@@ -148,9 +177,13 @@ def main(argv: list[str] | None = None) -> int:
         kconfig.load_incluster_config()
     lock = LeaseLock(a.lease_name, a.lease_namespace, a.identity)
     cfg = electionconfig.Config(
-        lock, lease_duration=a.lease_seconds, renew_deadline=max(2, a.lease_seconds * 2 // 3),
-        retry_period=max(1, a.lease_seconds // 5), onstarted_leading=lead,
-        onstopped_leading=lambda: os._exit(1))  # lost the lease: exit, a standby takes over
+        lock,
+        lease_duration=a.lease_seconds,
+        renew_deadline=max(2, a.lease_seconds * 2 // 3),
+        retry_period=max(1, a.lease_seconds // 5),
+        onstarted_leading=lead,
+        onstopped_leading=lambda: os._exit(1),
+    )  # lost the lease: exit, a standby takes over
     threading.Thread(target=leaderelection.LeaderElection(cfg).run, daemon=True).start()
     stop.wait()
     return 0

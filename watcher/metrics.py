@@ -22,29 +22,45 @@ class WatcherMetrics:
     def __post_init__(self) -> None:
         r = self.registry
         self.intents_seen = Counter("retire_watcher_intents_seen", "Intents derived", registry=r)
-        self.started = Counter("retire_watcher_retirements_started", "Retirements started",
-                               registry=r)
-        self.refused = Counter("retire_watcher_starts_refused", "Starts refused",
-                               ["reason"], registry=r)
-        self.pending = Gauge("retire_watcher_intents_pending", "Intents waiting their turn",
-                             ["deployment"], registry=r)
-        self.watch_restarts = Counter("retire_watcher_watch_restarts", "Watch restarts",
-                                      ["resource"], registry=r)
-        self.labels_set = Counter("retire_watcher_eligibility_changes",
-                                  "Eligibility label changes", ["value"], registry=r)
-        self.reconcile_seconds = Histogram("retire_watcher_reconcile_seconds",
-                                           "Duration of one reconcile pass", registry=r)
-        self.backing_off = Gauge("retire_watcher_intents_backing_off",
-                                 "Refused intents waiting out their back-off", ["deployment"],
-                                 registry=r)
-        self.reconcile_errors = Counter("retire_watcher_reconcile_errors",
-                                        "Deployments whose reconcile failed, by error type",
-                                        ["error"], registry=r)
-        self.last_healthy_pass = Gauge("retire_watcher_last_healthy_pass_timestamp_seconds",
-                                       "When the last healthy reconcile pass ended",
-                                       registry=r)
-        self.leader = Gauge("retire_watcher_is_leader", "1 while this watcher leads",
-                            registry=r)
+        self.started = Counter(
+            "retire_watcher_retirements_started", "Retirements started", registry=r
+        )
+        self.refused = Counter(
+            "retire_watcher_starts_refused", "Starts refused", ["reason"], registry=r
+        )
+        self.pending = Gauge(
+            "retire_watcher_intents_pending",
+            "Intents waiting their turn",
+            ["deployment"],
+            registry=r,
+        )
+        self.watch_restarts = Counter(
+            "retire_watcher_watch_restarts", "Watch restarts", ["resource"], registry=r
+        )
+        self.labels_set = Counter(
+            "retire_watcher_eligibility_changes", "Eligibility label changes", ["value"], registry=r
+        )
+        self.reconcile_seconds = Histogram(
+            "retire_watcher_reconcile_seconds", "Duration of one reconcile pass", registry=r
+        )
+        self.backing_off = Gauge(
+            "retire_watcher_intents_backing_off",
+            "Refused intents waiting out their back-off",
+            ["deployment"],
+            registry=r,
+        )
+        self.reconcile_errors = Counter(
+            "retire_watcher_reconcile_errors",
+            "Deployments whose reconcile failed, by error type",
+            ["error"],
+            registry=r,
+        )
+        self.last_healthy_pass = Gauge(
+            "retire_watcher_last_healthy_pass_timestamp_seconds",
+            "When the last healthy reconcile pass ended",
+            registry=r,
+        )
+        self.leader = Gauge("retire_watcher_is_leader", "1 while this watcher leads", registry=r)
 
 
 @dataclass
@@ -74,8 +90,9 @@ class Health:
         return last is not None and self.clock() - last <= self.stale_after_s
 
 
-def serve_health(metrics: WatcherMetrics, health: Health, *, host: str,
-                 port: int) -> ThreadingHTTPServer:
+def serve_health(
+    metrics: WatcherMetrics, health: Health, *, host: str, port: int
+) -> ThreadingHTTPServer:
     """Serve ``/healthz``, ``/readyz`` and ``/metrics`` in a daemon thread."""
 
     class Handler(BaseHTTPRequestHandler):

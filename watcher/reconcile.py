@@ -185,8 +185,13 @@ class Reconciler:
         self.metrics.reconcile_errors.labels(error=type(e).__name__).inc()
         where = f"{about.namespace}/{about.name}" if about is not None else "?"
         expected = isinstance(e, KubeError | RPCError)
-        log.warning("reconcile %s failed: %s: %s", where, type(e).__name__, e,
-                    exc_info=None if expected else e)
+        log.warning(
+            "reconcile %s failed: %s: %s",
+            where,
+            type(e).__name__,
+            e,
+            exc_info=None if expected else e,
+        )
         if transient or about is None or not about.name or not about.namespace:
             return
         message = f"not reconciled: {type(e).__name__}: {_one_line(e)}"[:MESSAGE_CAP]
@@ -296,8 +301,12 @@ class Reconciler:
             self.refusals.pop(key, None)
             return
         reason = final.reason or "admission refused"
-        self._refuse(key, _depends_on(md, pods, req.intent, req.role, req.ordinal, req.members),
-                     reason, metric="admission")
+        self._refuse(
+            key,
+            _depends_on(md, pods, req.intent, req.role, req.ordinal, req.members),
+            reason,
+            metric="admission",
+        )
 
     def _refuse(self, key: RefusalKey, depends_on: Hashable, reason: str, *, metric: str) -> None:
         """Remember a refusal of ``key`` and back off (doubling while it recurs)."""
@@ -313,8 +322,15 @@ class Reconciler:
         )
         self.metrics.refused.labels(reason=metric).inc()
         ns, name, role, ordinal = key
-        log.info("%s/%s: %s:%d refused (%s): not tried again for %.0f s unless it changes",
-                 ns, name, role, ordinal, reason, backoff)
+        log.info(
+            "%s/%s: %s:%d refused (%s): not tried again for %.0f s unless it changes",
+            ns,
+            name,
+            role,
+            ordinal,
+            reason,
+            backoff,
+        )
 
     def _prune_refusals(self, md: ModelDeployment, intents: list[Intent]) -> int:
         """Forget the refusals of intents no longer derived; how many still back off."""
@@ -352,8 +368,13 @@ class Reconciler:
                 )
                 self._refuse(key, depends_on, reason, metric="invalid-request")
                 try:
-                    self._event(md.ref, "IntentInvalid", reason,
-                                f"{intent.role}:{intent.ordinal}", warning=True)
+                    self._event(
+                        md.ref,
+                        "IntentInvalid",
+                        reason,
+                        f"{intent.role}:{intent.ordinal}",
+                        warning=True,
+                    )
                 except KubeError as err:
                     log.warning("event for %s/%s: %s", md.namespace, md.name, err)
                 continue

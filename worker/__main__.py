@@ -26,8 +26,7 @@ log = logging.getLogger("retire-worker")
 async def serve(cfg: WorkerConfig) -> None:
     """Connect, run the worker, and shut it down gracefully on a signal."""
     client = await connect(cfg.connection)
-    kube = Kube.from_config(kubeconfig=cfg.kubeconfig,
-                            connections=cfg.max_concurrent_activities)
+    kube = Kube.from_config(kubeconfig=cfg.kubeconfig, connections=cfg.max_concurrent_activities)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -67,10 +67,19 @@ def snapshot(
     """What ``publish`` writes for ``s`` as it entered ``phase`` at ``at``."""
     req = s.request
     return PublishInput(
-        namespace=req.namespace, deployment=req.deployment, workflow_id=s.workflow_id,
-        phase=phase, outcome=outcome, reason=s.reason, role=req.role, ordinal=req.ordinal,
-        target=s.target, started_at=s.started_at or at, deadline=s.deadline,
-        phase_started_at=at, last_consumed_retry_token=s.last_consumed_retry_token,
+        namespace=req.namespace,
+        deployment=req.deployment,
+        workflow_id=s.workflow_id,
+        phase=phase,
+        outcome=outcome,
+        reason=s.reason,
+        role=req.role,
+        ordinal=req.ordinal,
+        target=s.target,
+        started_at=s.started_at or at,
+        deadline=s.deadline,
+        phase_started_at=at,
+        last_consumed_retry_token=s.last_consumed_retry_token,
         clear=clear,
     )
 
@@ -95,22 +104,37 @@ class Mirror:
         if self._upserted != (s.phase, s.outcome):
             self._upserted = (s.phase, s.outcome)
             req = s.request
-            workflow.upsert_search_attributes(search_attribute_updates(
-                namespace=req.namespace, deployment=req.deployment, role=req.role,
-                ordinal=req.ordinal, phase=s.phase, outcome=s.outcome))
-        entries = s.phase_timeline[self._published:]
+            workflow.upsert_search_attributes(
+                search_attribute_updates(
+                    namespace=req.namespace,
+                    deployment=req.deployment,
+                    role=req.role,
+                    ordinal=req.ordinal,
+                    phase=s.phase,
+                    outcome=s.outcome,
+                )
+            )
+        entries = s.phase_timeline[self._published :]
         self._published = len(s.phase_timeline)
         for i, (phase, at) in enumerate(entries):
             last = i == len(entries) - 1
-            self._queue.append(snapshot(s, phase=phase, at=at, clear=clear and last,
-                                        outcome=s.outcome if last else Outcome.RUNNING))
+            self._queue.append(
+                snapshot(
+                    s,
+                    phase=phase,
+                    at=at,
+                    clear=clear and last,
+                    outcome=s.outcome if last else Outcome.RUNNING,
+                )
+            )
         # While held, what is still not back in service changes the reason: show it.
         news = s.outcome is Outcome.ABORTED and not s.restoring and s.reason != self._reason
         if not entries and (clear or s.outcome is not self._outcome or news):
             when = s.phase_started_at or s.started_at
             if when is not None:
-                self._queue.append(snapshot(s, phase=s.phase, at=when, outcome=s.outcome,
-                                            clear=clear))
+                self._queue.append(
+                    snapshot(s, phase=s.phase, at=when, outcome=s.outcome, clear=clear)
+                )
         self._outcome = s.outcome
         self._reason = s.reason
         if self._queue and (self._task is None or self._task.done()):
@@ -129,9 +153,11 @@ class Mirror:
             payload = self._queue.pop(0)
             try:
                 await workflow.execute_activity_method(
-                    RetirementActivities.publish, payload,
+                    RetirementActivities.publish,
+                    payload,
                     start_to_close_timeout=PUBLISH_TIMEOUT,
-                    schedule_to_close_timeout=PUBLISH_SCHEDULE_TIMEOUT, retry_policy=SHORT,
+                    schedule_to_close_timeout=PUBLISH_SCHEDULE_TIMEOUT,
+                    retry_policy=SHORT,
                     summary=f"mirror {payload.phase}/{payload.outcome} on the ModelDeployment",
                 )
             except ActivityError as e:

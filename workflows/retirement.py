@@ -65,13 +65,14 @@ class RetirementWorkflow:
     def __init__(self, request: RetirementRequest) -> None:
         if request.resume is not None:  # a long hold, continued as new
             self._s = request.resume.model_copy(
-                update={"request": request.model_copy(update={"resume": None})})
+                update={"request": request.model_copy(update={"resume": None})}
+            )
         else:
-            self._s = RetirementState.begin(workflow_id=workflow.info().workflow_id,
-                                            request=request)
+            self._s = RetirementState.begin(
+                workflow_id=workflow.info().workflow_id, request=request
+            )
         self._mirror = Mirror(already=self._s if request.resume is not None else None)
-        self._steps = Steps(state=lambda: self._s, update=self._update,
-                            on_cancel=self._on_cancel)
+        self._steps = Steps(state=lambda: self._s, update=self._update, on_cancel=self._on_cancel)
 
     # ----------------------------------------------------------------- handlers
 
@@ -118,8 +119,9 @@ class RetirementWorkflow:
     async def run(self, request: RetirementRequest) -> RetirementState:
         """Carry out what the protocol decides until it says finish or start afresh."""
         resumed = request.resume is not None
-        action = self._apply(Woke(at=workflow.now()) if resumed
-                             else Started(at=workflow.now())).action
+        action = self._apply(
+            Woke(at=workflow.now()) if resumed else Started(at=workflow.now())
+        ).action
         while True:
             if isinstance(action, Finish):
                 return await self._finish(action)

@@ -100,7 +100,8 @@ class Steps:
         handle = workflow.start_activity_method(
             RetirementActivities.admit,
             AdmitInput(request=s.request, workflow_id=s.workflow_id),
-            start_to_close_timeout=ADMIT_TIMEOUT, retry_policy=ADMIT,
+            start_to_close_timeout=ADMIT_TIMEOUT,
+            retry_policy=ADMIT,
             summary=f"bind {s.request.role}:{s.request.ordinal} (reads only)",
         )
         if not await self._until_done(handle, interruptible=True, timeout=None):
@@ -134,24 +135,31 @@ class Steps:
             # label or a router worker after the restore put it back.
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
-        done = await self._until_done(handle, interruptible=abortable(phase),
-                                      timeout=remaining + GRACE)
+        done = await self._until_done(
+            handle, interruptible=abortable(phase), timeout=remaining + GRACE
+        )
         now = workflow.now()
         if not done:
             return Woke(at=now)
         try:
             obs: Observation = handle.result()
         except ActivityError as e:
-            return Answered(at=now, phase=phase, verdict=Verdict.UNKNOWN,
-                            reason=f"{PHASE_ACTIVITY[phase].__name__} failed: {e.cause or e}")
+            return Answered(
+                at=now,
+                phase=phase,
+                verdict=Verdict.UNKNOWN,
+                reason=f"{PHASE_ACTIVITY[phase].__name__} failed: {e.cause or e}",
+            )
         if obs.readings:
             self._update(last_readings=dict(obs.readings))
         if obs.router_removals:
             known = self._state().router_removals
-            self._update(router_removals=[*known, *(r for r in obs.router_removals
-                                                    if r not in known)])
-        return Answered(at=now, phase=phase, verdict=obs.verdict, reason=obs.reason,
-                        polls=obs.polls)
+            self._update(
+                router_removals=[*known, *(r for r in obs.router_removals if r not in known)]
+            )
+        return Answered(
+            at=now, phase=phase, verdict=obs.verdict, reason=obs.reason, polls=obs.polls
+        )
 
     async def wait_until(self, until: datetime) -> Event:
         """A durable timer that an interruption cuts short."""
@@ -173,9 +181,11 @@ class Steps:
         s = self._state()
         assert s.phase_deadline is not None and s.target is not None
         handle = workflow.start_activity_method(
-            RetirementActivities.delete, self._phase_input(s.phase_deadline),
+            RetirementActivities.delete,
+            self._phase_input(s.phase_deadline),
             start_to_close_timeout=DELETE_TIMEOUT,
-            schedule_to_close_timeout=DELETE_SCHEDULE_TIMEOUT, retry_policy=PERSISTENT,
+            schedule_to_close_timeout=DELETE_SCHEDULE_TIMEOUT,
+            retry_policy=PERSISTENT,
             summary="delete the admitted Pods (UID preconditions) and their own Workload",
         )
         await self._until_done(handle, interruptible=False, timeout=None)
@@ -197,8 +207,10 @@ class Steps:
         handle = workflow.start_activity_method(
             RetirementActivities.restore,
             self._phase_input(workflow.now() + RESTORE_BUDGET),
-            start_to_close_timeout=RESTORE_TIMEOUT, heartbeat_timeout=HEARTBEAT,
-            retry_policy=SHORT, schedule_to_close_timeout=RESTORE_SCHEDULE_TIMEOUT,
+            start_to_close_timeout=RESTORE_TIMEOUT,
+            heartbeat_timeout=HEARTBEAT,
+            retry_policy=SHORT,
+            schedule_to_close_timeout=RESTORE_SCHEDULE_TIMEOUT,
             summary="put the eligibility label back on members that still qualify",
         )
         await self._until_done(handle, interruptible=False, timeout=None)
@@ -207,10 +219,16 @@ class Steps:
         except ActivityError as e:
             self._update(restored=RestoreResult(failed={"*": str(e.cause or e)}))
             # Nothing is known of any member: every one it should restore stays to do.
-            todo = {m.pod: "restore failed" for m in s.target.members
-                    if m.eligible_at_admission or m.measured}
-            return Restored(at=workflow.now(), reason=f"restore failed: {e.cause or e}",
-                            held=tuple(sorted(todo.items())))
+            todo = {
+                m.pod: "restore failed"
+                for m in s.target.members
+                if m.eligible_at_admission or m.measured
+            }
+            return Restored(
+                at=workflow.now(),
+                reason=f"restore failed: {e.cause or e}",
+                held=tuple(sorted(todo.items())),
+            )
         self._update(restored=restored)
         return Restored(at=workflow.now(), held=tuple(sorted(restored.held.items())))
 
@@ -218,8 +236,7 @@ class Steps:
         """Held until something ends the hold, or until ``recheck_at`` (members still to
         put back); with nothing to recheck there is no timer at all."""
         while True:
-            timeout = None if recheck_at is None else max(
-                recheck_at - workflow.now(), timedelta(0))
+            timeout = None if recheck_at is None else max(recheck_at - workflow.now(), timedelta(0))
             try:
                 await workflow.wait_condition(lambda: hold_ends(self._state()), timeout=timeout)
             except asyncio.CancelledError:
@@ -227,8 +244,9 @@ class Steps:
                 continue
             except TimeoutError:
                 pass
-            return Woke(at=workflow.now(),
-                        history_long=workflow.info().is_continue_as_new_suggested())
+            return Woke(
+                at=workflow.now(), history_long=workflow.info().is_continue_as_new_suggested()
+            )
 
     # ------------------------------------------------------------------ helpers
 
@@ -236,7 +254,8 @@ class Steps:
         s = self._state()
         assert s.target is not None
         return PhaseInput(
-            target=s.target, deadline=deadline,
+            target=s.target,
+            deadline=deadline,
             poll_interval_s=s.request.budgets.poll_interval_s,
             routerless_policy=s.request.routerless_policy,
             quiet_window_s=s.request.quiet_window_s,
@@ -244,7 +263,10 @@ class Steps:
         )
 
     async def _until_done(
-        self, handle: workflow.ActivityHandle[Any], *, interruptible: bool,
+        self,
+        handle: workflow.ActivityHandle[Any],
+        *,
+        interruptible: bool,
         timeout: timedelta | None,
     ) -> bool:
         """Wait for ``handle``; True when it finished by itself.  False when it was

@@ -53,8 +53,13 @@ async def fleet(bed: Bed, dev_env: WorkflowEnvironment, namespace: str) -> Async
     client_: Client = dev_env.client
     with ThreadPoolExecutor(max_workers=threads) as pool:
         async with build_worker(client_, task_queue=queue, kube=kube, executor=pool):
-            yield Ctx(bed=bed, client=client_, queue=queue,
-                      core=k8s.CoreV1Api(bed.api_client()), ns=namespace)
+            yield Ctx(
+                bed=bed,
+                client=client_,
+                queue=queue,
+                core=k8s.CoreV1Api(bed.api_client()),
+                ns=namespace,
+            )
 
 
 #: Outcomes a retirement shows once it ended or holds.
@@ -72,8 +77,12 @@ async def reached(
         return desc.typed_search_attributes.get(key)
 
     result: str = await eventually_async(
-        value, accept=lambda v: v in values, what=f"{handle.id} {key.name} in {values}",
-        timeout=400, interval=1.0)
+        value,
+        accept=lambda v: v in values,
+        what=f"{handle.id} {key.name} in {values}",
+        timeout=400,
+        interval=1.0,
+    )
     return result
 
 
@@ -98,8 +107,9 @@ async def test_many_drains_at_once_on_one_worker_all_complete(fleet: Ctx) -> Non
         pods = pods_of_all(ctx)
         return sum(1 for p in pods if (p.metadata.labels or {}).get(LABEL_ELIGIBLE)) == 2 * N
 
-    await eventually_in_thread(all_serving, what=f"{2 * N} serving pods", timeout=180,
-                               ignore=(Exception,))
+    await eventually_in_thread(
+        all_serving, what=f"{2 * N} serving pods", timeout=180, ignore=(Exception,)
+    )
     victims = {n: pods_of(ctx, n, 1)[0] for n in names}
     keepers = {n: pods_of(ctx, n, 0)[0] for n in names}
     for pod in victims.values():  # busy: two requests in flight on every victim
@@ -109,10 +119,10 @@ async def test_many_drains_at_once_on_one_worker_all_complete(fleet: Ctx) -> Non
         scale(ctx, name, 1)
     # Generous budgets: this proves correctness under concurrency on a 2-core bed, not
     # speed (the fleet benchmark measures that).
-    budgets = Budgets(overall_s=300, withdrawal_s=60, drain_s=200, settle_s=60,
-                      poll_interval_s=1.0)
-    handles = await asyncio.gather(*(
-        retire_routerless(ctx, n, budgets=budgets, quiet_s=0.5) for n in names))
+    budgets = Budgets(overall_s=300, withdrawal_s=60, drain_s=200, settle_s=60, poll_interval_s=1.0)
+    handles = await asyncio.gather(
+        *(retire_routerless(ctx, n, budgets=budgets, quiet_s=0.5) for n in names)
+    )
     # Busy until every retirement is draining (each reads in-flight work), then idle.
     await asyncio.gather(*(reached(h, SA_PHASE, {Phase.DRAINING.value}) for h in handles))
     await asyncio.sleep(BUSY_S)
@@ -122,19 +132,25 @@ async def test_many_drains_at_once_on_one_worker_all_complete(fleet: Ctx) -> Non
         ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"clear": True})
     # Each ends (completed) or holds (aborted: its result never comes): wait for either.
     await asyncio.gather(*(reached(h, SA_OUTCOME, DECIDED) for h in handles))
-    results: list[RetirementState] = [
-        await h.query(RetirementWorkflow.state) for h in handles]
+    results: list[RetirementState] = [await h.query(RetirementWorkflow.state) for h in handles]
 
     for h, st in zip(handles, results, strict=True):
         if st.outcome is Outcome.ABORTED:
             await h.cancel()  # held: end it (its replica was restored)
     failed = "\n".join(
         f"{n}: {st.outcome}: " + " | ".join(st.reasons[-4:])
-        for n, st in zip(names, results, strict=True) if st.outcome is not Outcome.COMPLETED)
+        for n, st in zip(names, results, strict=True)
+        if st.outcome is not Outcome.COMPLETED
+    )
     done = sum(st.outcome is Outcome.COMPLETED for st in results)
     assert not failed, f"{done}/{N} completed; the others:\n{failed}"
-    drains = [(next(t for p, t in st.phase_timeline if p is Phase.DRAINING),
-               next(t for p, t in st.phase_timeline if p is Phase.DELETING)) for st in results]
+    drains = [
+        (
+            next(t for p, t in st.phase_timeline if p is Phase.DRAINING),
+            next(t for p, t in st.phase_timeline if p is Phase.DELETING),
+        )
+        for st in results
+    ]
     overlap = most_at_once(drains)
     print(f"\n{N} retirements, at most {overlap} draining at once")
     assert overlap >= 20
@@ -149,5 +165,8 @@ async def test_many_drains_at_once_on_one_worker_all_complete(fleet: Ctx) -> Non
 
 
 def pods_of_all(ctx: Ctx) -> list[k8s.V1Pod]:
-    return list(ctx.core.list_namespaced_pod(
-        ctx.ns, label_selector="app.kubernetes.io/name=model-deployment").items)
+    return list(
+        ctx.core.list_namespaced_pod(
+            ctx.ns, label_selector="app.kubernetes.io/name=model-deployment"
+        ).items
+    )

@@ -305,11 +305,19 @@ async def test_replaced_pod_mid_drain_survives(ctx: Ctx) -> None:
     # ordinal, so the stand-in operator will not: the test recreates it).
     ctx.core.delete_namespaced_pod(victim.metadata.name, ctx.ns, grace_period_seconds=0)
     await eventually_in_thread(
-        lambda: not pods_of(ctx, name, 1), what="victim gone", timeout=30, ignore=(Exception,))
-    ctx.core.create_namespaced_pod(ctx.ns, client.V1Pod(
-        metadata=client.V1ObjectMeta(name=victim.metadata.name, labels=victim.metadata.labels,
-                                     annotations=victim.metadata.annotations),
-        spec=victim.spec))
+        lambda: not pods_of(ctx, name, 1), what="victim gone", timeout=30, ignore=(Exception,)
+    )
+    ctx.core.create_namespaced_pod(
+        ctx.ns,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(
+                name=victim.metadata.name,
+                labels=victim.metadata.labels,
+                annotations=victim.metadata.annotations,
+            ),
+            spec=victim.spec,
+        ),
+    )
 
     def replacement() -> client.V1Pod | None:
         ps = pods_of(ctx, name, 1)
@@ -485,12 +493,15 @@ async def test_abort_after_a_router_removal_puts_the_worker_back_on_the_gateway(
     assert router is not None
     victim = pods_of(ctx, name, 1)[0]
     url = f"http://{victim.status.pod_ip}:8000"
-    await eventually_in_thread(lambda: url in gateway_workers(router), what="gateway lists it",
-                               timeout=30, ignore=(Exception,))
+    await eventually_in_thread(
+        lambda: url in gateway_workers(router),
+        what="gateway lists it",
+        timeout=30,
+        ignore=(Exception,),
+    )
     hub = ctx.bed.operators[-1].hub_pod(victim.metadata.uid)
     ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [1, 0]})  # drain holds
-    budgets = Budgets(overall_s=120, withdrawal_s=30, drain_s=60, settle_s=20,
-                      poll_interval_s=0.5)
+    budgets = Budgets(overall_s=120, withdrawal_s=30, drain_s=60, settle_s=20, poll_interval_s=0.5)
     handle = await retire(ctx, name, 1, budgets=budgets)
     st = await wait_state(handle, Phase.DRAINING)
     assert url not in await asyncio.to_thread(gateway_workers, router)  # actively removed
@@ -522,7 +533,8 @@ async def test_a_label_put_back_mid_drain_aborts_before_any_delete(ctx: Ctx) -> 
     handle = await retire_routerless(ctx, name, budgets=budgets, quiet_s=0.5)
     await wait_state(handle, Phase.DRAINING)
     ctx.core.patch_namespaced_pod(
-        victim.metadata.name, ctx.ns, {"metadata": {"labels": {LABEL_ELIGIBLE: "true"}}})
+        victim.metadata.name, ctx.ns, {"metadata": {"labels": {LABEL_ELIGIBLE: "true"}}}
+    )
     ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"clear": True})  # idle from now on
     st = await wait_for_outcome(handle, Outcome.ABORTED)
     assert any("label re-added" in r for r in st.reasons), st.reasons
@@ -538,11 +550,16 @@ async def test_a_replica_the_spec_still_declares_is_refused(ctx: Ctx) -> None:
     name = "declared"
     await deploy(ctx, name, router=False)
     victim = pods_of(ctx, name, 1)[0]
-    req = RetirementRequest(namespace=ctx.ns, deployment=name, role="server", ordinal=1,
-                            budgets=SHORT)
+    req = RetirementRequest(
+        namespace=ctx.ns, deployment=name, role="server", ordinal=1, budgets=SHORT
+    )
     handle = await ctx.client.start_workflow(
-        RetirementWorkflow.run, req, id=workflow_id_for(namespace=ctx.ns, deployment=name),
-        task_queue=ctx.queue, result_type=RetirementState)
+        RetirementWorkflow.run,
+        req,
+        id=workflow_id_for(namespace=ctx.ns, deployment=name),
+        task_queue=ctx.queue,
+        result_type=RetirementState,
+    )
     st = await handle.result()
     assert st.outcome is Outcome.REFUSED
     assert any("still declares server ordinal 1" in r for r in st.reasons), st.reasons

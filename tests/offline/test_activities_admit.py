@@ -394,8 +394,10 @@ def test_admit_refuses_a_surplus_whose_kept_member_is_terminating() -> None:
 
 
 def test_admit_refuses_a_departed_role_that_is_declared_again() -> None:
-    kube = cluster(member_pod("llm-old-0", deployment=MD, role="old", ordinal=0, uid="u"),
-                   md=model_deployment(MD, namespace=NS, role_name="old", replicas=1))
+    kube = cluster(
+        member_pod("llm-old-0", deployment=MD, role="old", ordinal=0, uid="u"),
+        md=model_deployment(MD, namespace=NS, role_name="old", replicas=1),
+    )
     assert_refused(
         kube,
         admit(kube, intent=IntentKind.DEPARTED_ROLE, role_name="old", ordinal=0),

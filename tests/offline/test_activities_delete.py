@@ -215,9 +215,7 @@ def test_a_refused_delete_does_not_stop_the_remaining_deletes() -> None:
     # The Workload is left for the retry: a member it owns is still there.
     assert kube.called("delete_workload") == [] and (NS, "wl") in kube.workloads
     result = delete(kube, target)
-    assert result == DeleteResult(
-        deleted=["llm-1-0"], already_gone=["llm-1-1"], workload="deleted"
-    )
+    assert result == DeleteResult(deleted=["llm-1-0"], already_gone=["llm-1-1"], workload="deleted")
 
 
 @pytest.mark.parametrize("status", [400, 422])

@@ -393,7 +393,10 @@ def test_a_retried_drain_resumes_the_rule_from_the_last_heartbeat() -> None:
 
     beats: list[Any] = []
     obs = drain(  # resumed within two poll intervals of the previous idle read
-        kube, target, heartbeats=beats, resume=[as_the_worker_would_decode(first[-1])],
+        kube,
+        target,
+        heartbeats=beats,
+        resume=[as_the_worker_would_decode(first[-1])],
         interval=1.0,
     )
     assert obs.verdict is Verdict.VERIFIED
@@ -410,7 +413,10 @@ def test_a_resumed_drain_still_checks_the_counters() -> None:
     answer[0] = idle((8, 9))  # work was done between the attempts
     beats: list[Any] = []
     obs = drain(
-        kube, target, heartbeats=beats, resume=[as_the_worker_would_decode(first[-1])],
+        kube,
+        target,
+        heartbeats=beats,
+        resume=[as_the_worker_would_decode(first[-1])],
         interval=0.5,
     )
     assert obs.verdict is Verdict.VERIFIED and obs.polls == 2
@@ -434,8 +440,6 @@ def test_unreadable_heartbeat_details_start_the_rule_afresh(details: list[Any]) 
     obs = drain(kube, target, heartbeats=beats, resume=details)
     assert obs.verdict is Verdict.VERIFIED and obs.polls == 2
     assert beats[0].progress.rounds == 1
-
-
 
 
 def test_a_resumed_drain_discards_an_idle_read_older_than_two_poll_intervals() -> None:
@@ -505,9 +509,7 @@ def test_a_drain_does_not_verify_once_the_label_is_back() -> None:
     obs = drain(kube, target, seconds=0.1, on_beat=relabelled)
     assert obs.verdict is Verdict.FAILED
     assert obs.polls == 2
-    assert obs.reason == (
-        f"label re-added by someone else: llm-1 has {LABEL_ELIGIBLE}='true'"
-    )
+    assert obs.reason == (f"label re-added by someone else: llm-1 has {LABEL_ELIGIBLE}='true'")
     assert obs.readings["label/llm-1"] == "re-added ('true')"
     assert kube.pod_labels("llm-1")[LABEL_ELIGIBLE] == "true"  # the drain changes nothing
     assert_no_writes(kube)
@@ -691,8 +693,9 @@ def router_pod(kind: str = "vllm-router") -> dict[str, Any]:
             "uid": "uid-router-0",
             "labels": {"app.kubernetes.io/instance": MD, LABEL_ROUTER: kind},
         },
-        "spec": {"containers": [{"name": "router", "ports": [{"name": "http",
-                                                              "containerPort": 30000}]}]},
+        "spec": {
+            "containers": [{"name": "router", "ports": [{"name": "http", "containerPort": 30000}]}]
+        },
         "status": {"podIP": ROUTER_IP},
     }
 

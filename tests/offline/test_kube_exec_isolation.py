@@ -34,9 +34,18 @@ def test_exec_handshake_leaves_the_shared_api_client_alone(
     cfg.host = "http://127.0.0.1:9"  # never reached
     kube = Kube(api=client.ApiClient(cfg), timeout_s=2)
     results: list[Any] = []
-    t = threading.Thread(target=lambda: results.append(kube.exec_pod(
-        namespace="ns", name="p", container="engine", argv=["true"], timeout_s=2,
-        output_cap=1024)))
+    t = threading.Thread(
+        target=lambda: results.append(
+            kube.exec_pod(
+                namespace="ns",
+                name="p",
+                container="engine",
+                argv=["true"],
+                timeout_s=2,
+                output_cap=1024,
+            )
+        )
+    )
     t.start()
     try:
         assert in_handshake.wait(5), "exec never reached its handshake"

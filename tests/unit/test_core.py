@@ -28,14 +28,23 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 # ---------------------------------------------------------------- phases and verdicts
 
+
 def test_phase_order_and_point_of_no_return() -> None:
-    assert [p.value for p in ORDER] == ["Admitted", "Disqualified", "Withdrawing", "Draining",
-                                        "Deleting", "Settling", "Completed"]
+    assert [p.value for p in ORDER] == [
+        "Admitted",
+        "Disqualified",
+        "Withdrawing",
+        "Draining",
+        "Deleting",
+        "Settling",
+        "Completed",
+    ]
     assert abortable(Phase.DRAINING) and not abortable(Phase.DELETING)
     assert not abortable(Phase.SETTLING) and not abortable(Phase.ABORTED)
 
 
 # ---------------------------------------------------------------- budgets
+
 
 def test_default_budgets() -> None:
     b = Budgets()
@@ -49,10 +58,18 @@ def test_bad_budgets_are_rejected() -> None:
         Budgets(poll_interval_s=40)  # longer than the 30 s withdrawal budget
 
 
-@given(st.floats(0, 400), st.sampled_from(list(Phase)),
-       st.builds(Budgets, overall_s=st.floats(1, 600), withdrawal_s=st.floats(1, 100),
-                 drain_s=st.floats(1, 400), settle_s=st.floats(1, 100),
-                 poll_interval_s=st.just(0.5)))
+@given(
+    st.floats(0, 400),
+    st.sampled_from(list(Phase)),
+    st.builds(
+        Budgets,
+        overall_s=st.floats(1, 600),
+        withdrawal_s=st.floats(1, 100),
+        drain_s=st.floats(1, 400),
+        settle_s=st.floats(1, 100),
+        poll_interval_s=st.just(0.5),
+    ),
+)
 def test_deadlines_never_extend_past_overall(offset: float, phase: Phase, b: Budgets) -> None:
     overall = overall_deadline(admitted_at=T0, budgets=b)
     started = T0 + timedelta(seconds=offset)
@@ -66,25 +83,44 @@ def test_deadlines_never_extend_past_overall(offset: float, phase: Phase, b: Bud
 
 # ---------------------------------------------------------------- shapes
 
-@pytest.mark.parametrize(("engine", "kind", "size", "args", "shape"), [
-    ("vLLM", "Server", 1, [], Shape.SINGLE),
-    ("vLLM", "Server", 2, ["--data-parallel-size", "2", "--data-parallel-address", "x"],
-     Shape.LEADER_SERVED),
-    ("vLLM", "Server", 2, ["--data-parallel-external-lb", "--data-parallel-size=2"],
-     Shape.EXTERNAL_DP),
-    ("vLLM", "Server", 2, ["--data-parallel-rank", "1"], Shape.EXTERNAL_DP),
-    ("vLLM", "Server", 2, ["--data-parallel-external-lb", "--data-parallel-hybrid-lb"],
-     Shape.UNDECIDABLE),
-    ("vLLM", "Prefill", 1, [], Shape.DISAGGREGATED),
-    ("SGLang", "Server", 1, ["--dp-size", "4"], Shape.SINGLE),
-    ("SGLang", "Server", 2, ["--nnodes", "2", "--node-rank", "0"], Shape.LEADER_SERVED),
-    ("SGLang", "Server", 2, ["--nnodes", "3"], Shape.UNDECIDABLE),
-    ("SGLang", "Decode", 1, ["--disaggregation-mode", "decode"], Shape.DISAGGREGATED),
-    ("SGLang", "Server", 1, ["--disaggregation-mode=prefill"], Shape.UNDECIDABLE),
-    ("SGLang", "Prefill", 1, [], Shape.UNDECIDABLE),
-    ("SGLang", "Server", 1, ["--dp-size", "x"], Shape.UNDECIDABLE),
-    ("TGI", "Server", 1, [], Shape.UNDECIDABLE),
-])
+
+@pytest.mark.parametrize(
+    ("engine", "kind", "size", "args", "shape"),
+    [
+        ("vLLM", "Server", 1, [], Shape.SINGLE),
+        (
+            "vLLM",
+            "Server",
+            2,
+            ["--data-parallel-size", "2", "--data-parallel-address", "x"],
+            Shape.LEADER_SERVED,
+        ),
+        (
+            "vLLM",
+            "Server",
+            2,
+            ["--data-parallel-external-lb", "--data-parallel-size=2"],
+            Shape.EXTERNAL_DP,
+        ),
+        ("vLLM", "Server", 2, ["--data-parallel-rank", "1"], Shape.EXTERNAL_DP),
+        (
+            "vLLM",
+            "Server",
+            2,
+            ["--data-parallel-external-lb", "--data-parallel-hybrid-lb"],
+            Shape.UNDECIDABLE,
+        ),
+        ("vLLM", "Prefill", 1, [], Shape.DISAGGREGATED),
+        ("SGLang", "Server", 1, ["--dp-size", "4"], Shape.SINGLE),
+        ("SGLang", "Server", 2, ["--nnodes", "2", "--node-rank", "0"], Shape.LEADER_SERVED),
+        ("SGLang", "Server", 2, ["--nnodes", "3"], Shape.UNDECIDABLE),
+        ("SGLang", "Decode", 1, ["--disaggregation-mode", "decode"], Shape.DISAGGREGATED),
+        ("SGLang", "Server", 1, ["--disaggregation-mode=prefill"], Shape.UNDECIDABLE),
+        ("SGLang", "Prefill", 1, [], Shape.UNDECIDABLE),
+        ("SGLang", "Server", 1, ["--dp-size", "x"], Shape.UNDECIDABLE),
+        ("TGI", "Server", 1, [], Shape.UNDECIDABLE),
+    ],
+)
 def test_read_shape(engine: str, kind: str, size: int, args: list[str], shape: Shape) -> None:
     r = read_shape(engine=engine, role_kind=kind, size=size, extra_args=args, command=None)
     assert r.shape is shape, r.reason
@@ -93,49 +129,76 @@ def test_read_shape(engine: str, kind: str, size: int, args: list[str], shape: S
 
 
 def test_replaced_command_line_is_unmanaged() -> None:
-    r = read_shape(engine="vLLM", role_kind="Server", size=1, extra_args=[],
-                   command=["bash", "-c", "serve"])
+    r = read_shape(
+        engine="vLLM", role_kind="Server", size=1, extra_args=[], command=["bash", "-c", "serve"]
+    )
     assert r.shape is Shape.UNMANAGED and not r.supported
 
 
 def test_parse_flags() -> None:
     assert parse_flags(["pos", "--a", "1", "--b", "--c=3", "--a", "2"]) == {
-        "--a": ["1", "2"], "--b": [""], "--c": ["3"]}
+        "--a": ["1", "2"],
+        "--b": [""],
+        "--c": ["3"],
+    }
 
 
 def pods(*indexes: str | None) -> list[MemberPod]:
-    return [MemberPod(name=f"p{i}", uid=f"u{i}",
-                      labels={} if idx is None else {LABEL_MEMBER_INDEX: idx})
-            for i, idx in enumerate(indexes)]
+    return [
+        MemberPod(
+            name=f"p{i}", uid=f"u{i}", labels={} if idx is None else {LABEL_MEMBER_INDEX: idx}
+        )
+        for i, idx in enumerate(indexes)
+    ]
 
 
 def test_member_selection() -> None:
     lead = read_shape(engine="vLLM", role_kind="Server", size=3, extra_args=[], command=None)
-    ext = read_shape(engine="vLLM", role_kind="Server", size=3,
-                     extra_args=["--data-parallel-external-lb"], command=None)
+    ext = read_shape(
+        engine="vLLM",
+        role_kind="Server",
+        size=3,
+        extra_args=["--data-parallel-external-lb"],
+        command=None,
+    )
     single = read_shape(engine="vLLM", role_kind="Server", size=1, extra_args=[], command=None)
     assert select_members(shape=lead, size=3, members=pods("1", "0", "2")).measured == ("p1",)
     assert select_members(shape=ext, size=3, members=pods("2", "0", "1")).measured == (
-        "p1", "p2", "p0")
+        "p1",
+        "p2",
+        "p0",
+    )
     assert select_members(shape=single, size=1, members=pods(None)).measured == ("p0",)
-    assert "leadership missing" in select_members(shape=lead, size=3,
-                                                  members=pods("1", "2", "2")).refusal
-    assert "leadership duplicated" in select_members(shape=lead, size=3,
-                                                     members=pods("0", "0", "1")).refusal
-    assert "declared size 3 != 2" in select_members(shape=lead, size=3,
-                                                    members=pods("0", "1")).refusal
+    assert (
+        "leadership missing"
+        in select_members(shape=lead, size=3, members=pods("1", "2", "2")).refusal
+    )
+    assert (
+        "leadership duplicated"
+        in select_members(shape=lead, size=3, members=pods("0", "0", "1")).refusal
+    )
+    assert (
+        "declared size 3 != 2" in select_members(shape=lead, size=3, members=pods("0", "1")).refusal
+    )
     assert "no valid" in select_members(shape=lead, size=2, members=pods("0", None)).refusal
     assert "beyond size" in select_members(shape=lead, size=2, members=pods("0", "5")).refusal
 
 
-@given(st.integers(1, 6), st.lists(st.one_of(st.none(), st.integers(0, 7).map(str),
-                                             st.text(max_size=3)), max_size=8),
-       st.booleans())
-def test_member_selection_never_guesses(size: int, indexes: list[str | None],
-                                        external: bool) -> None:
-    shape = read_shape(engine="vLLM", role_kind="Server", size=size,
-                       extra_args=["--data-parallel-external-lb"] if external else [],
-                       command=None)
+@given(
+    st.integers(1, 6),
+    st.lists(st.one_of(st.none(), st.integers(0, 7).map(str), st.text(max_size=3)), max_size=8),
+    st.booleans(),
+)
+def test_member_selection_never_guesses(
+    size: int, indexes: list[str | None], external: bool
+) -> None:
+    shape = read_shape(
+        engine="vLLM",
+        role_kind="Server",
+        size=size,
+        extra_args=["--data-parallel-external-lb"] if external else [],
+        command=None,
+    )
     sel = select_members(shape=shape, size=size, members=pods(*indexes))
     if sel.ok:
         assert len(indexes) == size
@@ -150,6 +213,7 @@ def test_member_selection_never_guesses(size: int, indexes: list[str | None],
 
 # ---------------------------------------------------------------- readings
 
+
 def out(values: dict[str, str], end: bool = True) -> str:
     return "".join(f"{k}\t{v}\n" for k, v in values.items()) + ("#end\n" if end else "")
 
@@ -160,24 +224,28 @@ VLLM = {n: "0.0" for n in SERIES["vLLM"].all}
 def test_parse_complete_and_idle() -> None:
     s = parse_oneshot_output(engine="vLLM", stdout=out({**VLLM, "vllm:prompt_tokens_total": "7"}))
     assert s.complete and s.idle and s.counters == (7.0, 0.0)
-    busy = parse_oneshot_output(engine="vLLM", stdout=out({**VLLM,
-                                                           "vllm:num_requests_waiting": "2"}))
+    busy = parse_oneshot_output(
+        engine="vLLM", stdout=out({**VLLM, "vllm:num_requests_waiting": "2"})
+    )
     assert busy.complete and not busy.idle and busy.in_flight == 2
 
 
-@pytest.mark.parametrize(("stdout", "why"), [
-    (out({k: v for k, v in VLLM.items() if k != "vllm:num_requests_running"}), "missing"),
-    (out({**VLLM, "vllm:num_requests_running": "nan"}), "invalid value"),
-    (out({**VLLM, "vllm:num_requests_running": "-1"}), "invalid value"),
-    (out({**VLLM, "vllm:num_requests_running": "idle"}), "invalid value"),
-    (out({**VLLM, "vllm:num_requests_running": "missing"}), "invalid value"),
-    (out(VLLM, end=False), "no #end"),
-    ("#error\tbody over the 1 MiB cap\n", "1 MiB"),
-    ("", "no #end"),
-    (out(VLLM) + "extra\t1\n", "after #end"),
-    (out({**VLLM, "other:series": "1"}), "unexpected series"),
-    ("garbage\n#end\n", "malformed"),
-])
+@pytest.mark.parametrize(
+    ("stdout", "why"),
+    [
+        (out({k: v for k, v in VLLM.items() if k != "vllm:num_requests_running"}), "missing"),
+        (out({**VLLM, "vllm:num_requests_running": "nan"}), "invalid value"),
+        (out({**VLLM, "vllm:num_requests_running": "-1"}), "invalid value"),
+        (out({**VLLM, "vllm:num_requests_running": "idle"}), "invalid value"),
+        (out({**VLLM, "vllm:num_requests_running": "missing"}), "invalid value"),
+        (out(VLLM, end=False), "no #end"),
+        ("#error\tbody over the 1 MiB cap\n", "1 MiB"),
+        ("", "no #end"),
+        (out(VLLM) + "extra\t1\n", "after #end"),
+        (out({**VLLM, "other:series": "1"}), "unexpected series"),
+        ("garbage\n#end\n", "malformed"),
+    ],
+)
 def test_bad_output_reads_unknown_never_idle(stdout: str, why: str) -> None:
     s = parse_oneshot_output(engine="vLLM", stdout=stdout)
     assert not s.complete and not s.idle and s.verdict is Verdict.UNKNOWN
@@ -195,6 +263,7 @@ def test_arbitrary_output_never_crashes_and_is_idle_only_when_complete(stdout: s
 
 # ---------------------------------------------------------------- the drain rule
 
+
 def idle(c: float = 0.0) -> Sample:
     return Sample(complete=True, in_flight=0, counters=(c, c))
 
@@ -210,17 +279,26 @@ def test_drain_needs_two_idle_reads_with_unchanged_counters() -> None:
 
 
 SAMPLES = st.one_of(
-    st.builds(lambda c: Sample(complete=True, in_flight=0, counters=(c, 0.0)),
-              st.integers(0, 3).map(float)),
-    st.builds(lambda n: Sample(complete=True, in_flight=n, counters=(0.0, 0.0)),
-              st.integers(1, 3).map(float)),
+    st.builds(
+        lambda c: Sample(complete=True, in_flight=0, counters=(c, 0.0)),
+        st.integers(0, 3).map(float),
+    ),
+    st.builds(
+        lambda n: Sample(complete=True, in_flight=n, counters=(0.0, 0.0)),
+        st.integers(1, 3).map(float),
+    ),
     st.just(Sample(complete=False, reason="timeout")),
 )
 
 
 @settings(max_examples=300)
-@given(st.lists(st.dictionaries(st.sampled_from(["a", "b"]), SAMPLES, min_size=0, max_size=2),
-                min_size=1, max_size=12))
+@given(
+    st.lists(
+        st.dictionaries(st.sampled_from(["a", "b"]), SAMPLES, min_size=0, max_size=2),
+        min_size=1,
+        max_size=12,
+    )
+)
 def test_drain_verifies_only_on_two_consecutive_complete_idle_equal_rounds(
     rounds: list[dict[str, Sample]],
 ) -> None:
@@ -239,11 +317,11 @@ def test_drain_verifies_only_on_two_consecutive_complete_idle_equal_rounds(
 
 # ---------------------------------------------------------------- retry tokens
 
+
 def test_replay_check_comes_before_the_aborted_check() -> None:
     assert decide_retry(token="t1", last_consumed="t1", aborted=False) is RetryDecision.REPLAY
     assert decide_retry(token="t1", last_consumed="t1", aborted=True) is RetryDecision.REPLAY
-    assert decide_retry(token="t2", last_consumed="t1", aborted=False) is \
-        RetryDecision.NOT_ABORTED
+    assert decide_retry(token="t2", last_consumed="t1", aborted=False) is RetryDecision.NOT_ABORTED
     assert decide_retry(token="t2", last_consumed="t1", aborted=True) is RetryDecision.ACCEPT
     assert decide_retry(token="t2", last_consumed=None, aborted=True) is RetryDecision.ACCEPT
 
@@ -251,8 +329,16 @@ def test_replay_check_comes_before_the_aborted_check() -> None:
 def test_retry_annotation() -> None:
     a = parse_retry_annotation("server:1:tok-2")
     assert (a.role, a.ordinal, a.token) == ("server", 1, "tok-2")
-    for bad in ["server:1", "Server:1:t", "server:-1:t", "server:1:", "server:1:a b",
-                "server:x:t", "a:1:t:u", ""]:
+    for bad in [
+        "server:1",
+        "Server:1:t",
+        "server:-1:t",
+        "server:1:",
+        "server:1:a b",
+        "server:x:t",
+        "a:1:t:u",
+        "",
+    ]:
         with pytest.raises(ValueError):
             parse_retry_annotation(bad)
     with pytest.raises(ValueError):

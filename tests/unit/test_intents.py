@@ -44,8 +44,10 @@ ROLE_NAMES = st.sampled_from(["a", "b", "c"])
 
 @st.composite
 def states(draw: st.DrawFn) -> tuple[list[RoleSpec], list[PodView]]:
-    roles = [RoleSpec(n, replicas=draw(st.integers(0, 3)), size=draw(st.integers(1, 3)))
-             for n in draw(st.lists(ROLE_NAMES, unique=True, max_size=3))]
+    roles = [
+        RoleSpec(n, replicas=draw(st.integers(0, 3)), size=draw(st.integers(1, 3)))
+        for n in draw(st.lists(ROLE_NAMES, unique=True, max_size=3))
+    ]
     pods = []
     for i in range(draw(st.integers(0, 14))):
         role = draw(ROLE_NAMES)
@@ -59,8 +61,11 @@ def in_spec(roles: list[RoleSpec], kept: dict[tuple[str, int, int], str], p: Pod
     if role is None or p.ordinal is None or p.ordinal >= role.replicas:
         return False
     index = 0 if role.size == 1 else p.member
-    return index is not None and index < role.size and \
-        kept.get((role.name, p.ordinal, index)) == p.name
+    return (
+        index is not None
+        and index < role.size
+        and kept.get((role.name, p.ordinal, index)) == p.name
+    )
 
 
 @settings(max_examples=300)

@@ -16,8 +16,16 @@ from testbed.emulator import EngineEmulator, EngineKind, PodEngineSpec
 
 @pytest.fixture
 def vllm() -> Iterator[EngineEmulator]:
-    emu = EngineEmulator(PodEngineSpec(name="e", engine=EngineKind.VLLM, serve_host="127.0.0.1",
-                                       serve_port=0, metrics_port=0, dp_ranks=2))
+    emu = EngineEmulator(
+        PodEngineSpec(
+            name="e",
+            engine=EngineKind.VLLM,
+            serve_host="127.0.0.1",
+            serve_port=0,
+            metrics_port=0,
+            dp_ranks=2,
+        )
+    )
     emu.start()
     yield emu
     emu.stop()
@@ -26,8 +34,7 @@ def vllm() -> Iterator[EngineEmulator]:
 def run(port: int, engine: str = "vLLM", timeout: float = 8) -> str:
     argv = command(port=port, scheme="http", path="/metrics", names=SERIES[engine].all)
     argv[0] = sys.executable  # this interpreter carries prometheus_client, as engines do
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                          check=True).stdout
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=True).stdout
 
 
 def test_idle_engine_reads_complete_and_sums_over_dp_ranks(vllm: EngineEmulator) -> None:
@@ -36,11 +43,19 @@ def test_idle_engine_reads_complete_and_sums_over_dp_ranks(vllm: EngineEmulator)
     assert s.complete and s.in_flight == 3
 
 
-@pytest.mark.parametrize(("mode", "why"), [
-    ("huge", "1 MiB"), ("malformed", "malformed"), ("nan", "invalid"),
-    ("negative", "invalid"), ("missing", "invalid value 'missing'"), ("slow", "GET failed"),
-    ("error", "GET failed"), ("nonnumeric", "malformed"),
-])
+@pytest.mark.parametrize(
+    ("mode", "why"),
+    [
+        ("huge", "1 MiB"),
+        ("malformed", "malformed"),
+        ("nan", "invalid"),
+        ("negative", "invalid"),
+        ("missing", "invalid value 'missing'"),
+        ("slow", "GET failed"),
+        ("error", "GET failed"),
+        ("nonnumeric", "malformed"),
+    ],
+)
 def test_bad_bodies_read_unknown(vllm: EngineEmulator, mode: str, why: str) -> None:
     vllm.set_metrics_mode(mode)
     s = parse_oneshot_output(engine="vLLM", stdout=run(vllm.metrics_port))
@@ -50,6 +65,7 @@ def test_bad_bodies_read_unknown(vllm: EngineEmulator, mode: str, why: str) -> N
 
 def test_nothing_listening_reads_unknown() -> None:
     from testbed.procs import free_port
+
     s = parse_oneshot_output(engine="vLLM", stdout=run(free_port()))
     assert not s.complete and "GET failed" in s.reason
 

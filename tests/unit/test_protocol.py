@@ -66,9 +66,24 @@ def _event(kind: str, at: datetime, phase: Phase, verdict: Verdict, token: str) 
 
 steps = st.lists(
     st.tuples(
-        st.sampled_from(["admitted", "refused", "answered", "answered", "answered",
-                         "deleted", "restored", "restored-held", "woke", "woke-long",
-                         "abort", "intent", "cancel", "retry"]),
+        st.sampled_from(
+            [
+                "admitted",
+                "refused",
+                "answered",
+                "answered",
+                "answered",
+                "deleted",
+                "restored",
+                "restored-held",
+                "woke",
+                "woke-long",
+                "abort",
+                "intent",
+                "cancel",
+                "retry",
+            ]
+        ),
         st.floats(min_value=0, max_value=200),
         st.sampled_from(PHASES),
         st.sampled_from(list(Verdict)),
@@ -106,20 +121,25 @@ def test_invariants_hold_over_arbitrary_event_sequences(
             assert not isinstance(d.action, Delete)
             if p.phase in ORDER and before.phase in ORDER:
                 assert ORDER.index(p.phase) <= ORDER.index(before.phase) or (
-                    before.phase is Phase.SETTLING
-                    and p.outcome is Outcome.COMPLETED_UNSETTLED
+                    before.phase is Phase.SETTLING and p.outcome is Outcome.COMPLETED_UNSETTLED
                 )
             if isinstance(d.action, RunPhase):
                 assert d.action.phase is before.phase
         # FAILED in an abortable phase aborts now, and the next step is the restore.
-        if (isinstance(e, Answered) and e.verdict is Verdict.FAILED and e.phase is before.phase
-                and abortable(before.phase) and before.outcome is Outcome.RUNNING
-                and not before.restoring):
+        if (
+            isinstance(e, Answered)
+            and e.verdict is Verdict.FAILED
+            and e.phase is before.phase
+            and abortable(before.phase)
+            and before.outcome is Outcome.RUNNING
+            and not before.restoring
+        ):
             assert p.phase is Phase.ABORTED and isinstance(d.action, Restore)
         # While held, only a restore, a hold, carrying on, or what ends the hold.
         if held(before) and not before.restoring:
             assert d.action is None or isinstance(
-                d.action, Restore | Hold | CarryOn | Finish | StartAttempt)
+                d.action, Restore | Hold | CarryOn | Finish | StartAttempt
+            )
             if isinstance(d.action, Restore):
                 assert before.unrestored and p.outcome is Outcome.ABORTED
         if isinstance(d.action, Hold) and d.action.recheck_at is not None:
@@ -145,24 +165,32 @@ def test_happy_path_sequence_reaches_delete_then_completed() -> None:
     d = decide(p, Admitted(at=T0), budgets=BUDGETS)
     assert d.action == RunPhase(Phase.DISQUALIFIED)
     for i, phase in enumerate([Phase.DISQUALIFIED, Phase.WITHDRAWING, Phase.DRAINING], 1):
-        d = decide(d.progress, Answered(at=T0 + timedelta(seconds=i), phase=phase,
-                                        verdict=Verdict.VERIFIED), budgets=BUDGETS)
+        d = decide(
+            d.progress,
+            Answered(at=T0 + timedelta(seconds=i), phase=phase, verdict=Verdict.VERIFIED),
+            budgets=BUDGETS,
+        )
     assert isinstance(d.action, Delete)
     d = decide(d.progress, Deleted(at=T0 + timedelta(seconds=5)), budgets=BUDGETS)
     assert d.action == RunPhase(Phase.SETTLING)
-    d = decide(d.progress, Answered(at=T0 + timedelta(seconds=6), phase=Phase.SETTLING,
-                                    verdict=Verdict.VERIFIED), budgets=BUDGETS)
+    d = decide(
+        d.progress,
+        Answered(at=T0 + timedelta(seconds=6), phase=Phase.SETTLING, verdict=Verdict.VERIFIED),
+        budgets=BUDGETS,
+    )
     assert d.progress.outcome is Outcome.COMPLETED
 
 
 def test_unknown_at_the_phase_deadline_aborts_and_restores() -> None:
     p = decide(Progress(), Started(at=T0), budgets=BUDGETS).progress
     p = decide(p, Admitted(at=T0), budgets=BUDGETS).progress
-    p = decide(p, Answered(at=T0, phase=Phase.DISQUALIFIED, verdict=Verdict.VERIFIED),
-               budgets=BUDGETS).progress
+    p = decide(
+        p, Answered(at=T0, phase=Phase.DISQUALIFIED, verdict=Verdict.VERIFIED), budgets=BUDGETS
+    ).progress
     late = T0 + timedelta(seconds=BUDGETS.withdrawal_s)
-    d = decide(p, Answered(at=late, phase=Phase.WITHDRAWING, verdict=Verdict.UNKNOWN),
-               budgets=BUDGETS)
+    d = decide(
+        p, Answered(at=late, phase=Phase.WITHDRAWING, verdict=Verdict.UNKNOWN), budgets=BUDGETS
+    )
     assert isinstance(d.action, Restore) and d.progress.phase is Phase.ABORTED
     d = decide(d.progress, Restored(at=late), budgets=BUDGETS)
     assert d.progress.outcome is Outcome.ABORTED
@@ -171,14 +199,16 @@ def test_unknown_at_the_phase_deadline_aborts_and_restores() -> None:
 def test_held_members_are_rechecked_on_a_backoff_and_a_long_hold_carries_on() -> None:
     p = decide(Progress(), Started(at=T0), budgets=BUDGETS).progress
     p = decide(p, Admitted(at=T0), budgets=BUDGETS).progress
-    d = decide(p, Answered(at=T0, phase=Phase.DISQUALIFIED, verdict=Verdict.FAILED),
-               budgets=BUDGETS)
+    d = decide(
+        p, Answered(at=T0, phase=Phase.DISQUALIFIED, verdict=Verdict.FAILED), budgets=BUDGETS
+    )
     assert isinstance(d.action, Restore)
     waits = []
     now = T0
     for _ in range(8):
-        d = decide(d.progress, Restored(at=now, held=(("p-1", "PodReady is Unknown"),)),
-                   budgets=BUDGETS)
+        d = decide(
+            d.progress, Restored(at=now, held=(("p-1", "PodReady is Unknown"),)), budgets=BUDGETS
+        )
         assert isinstance(d.action, Hold) and d.action.recheck_at is not None
         waits.append(d.action.recheck_at - now)
         now = d.action.recheck_at

@@ -28,15 +28,29 @@ from retirement.phases import Verdict
 Behaviour = Literal["verified", "hang", "failed", "unknown", "stubborn"]
 
 
-def make_target(req_ns: str = "ns", dep: str = "md", role: str = "server",
-                ordinal: int = 1) -> Target:
+def make_target(
+    req_ns: str = "ns", dep: str = "md", role: str = "server", ordinal: int = 1
+) -> Target:
     """A two-member-free, one-member vLLM target."""
     return Target(
-        namespace=req_ns, deployment=dep, role=role, ordinal=ordinal, intent="CountTrim",
-        engine="vLLM", shape="Single",
-        members=[MemberTarget(pod=f"{dep}-{role}-{ordinal}", uid=f"uid-{ordinal}",
-                              container_id="containerd://abc", ip="198.18.1.9",
-                              measured=True, eligible_at_admission=True, metrics_port=9100)],
+        namespace=req_ns,
+        deployment=dep,
+        role=role,
+        ordinal=ordinal,
+        intent="CountTrim",
+        engine="vLLM",
+        shape="Single",
+        members=[
+            MemberTarget(
+                pod=f"{dep}-{role}-{ordinal}",
+                uid=f"uid-{ordinal}",
+                container_id="containerd://abc",
+                ip="198.18.1.9",
+                measured=True,
+                eligible_at_admission=True,
+                metrics_port=9100,
+            )
+        ],
         observed_generation=3,
     )
 
@@ -65,8 +79,9 @@ class FakeWorld:
         self.started_event(name).set()
         mode = self.behaviour.get(name, "verified")
         if mode == "verified":
-            return Observation(verdict=Verdict.VERIFIED, reason=f"{name} ok",
-                               readings={"m": f"{name} reading"})
+            return Observation(
+                verdict=Verdict.VERIFIED, reason=f"{name} ok", readings={"m": f"{name} reading"}
+            )
         if mode == "failed":
             return Observation(verdict=Verdict.FAILED, reason=f"{name} definite fault")
         if mode == "unknown":
@@ -136,11 +151,18 @@ class FakeWorld:
         elif mode == "failed":
             from temporalio.exceptions import ApplicationError
 
-            raise ApplicationError("HTTP 422 status rejected", type="Invalid",
-                                   non_retryable=True)
+            raise ApplicationError("HTTP 422 status rejected", type="Invalid", non_retryable=True)
         self.published.append(inp)
 
     def activities(self) -> list[object]:
         """Every activity, for a Worker."""
-        return [self.admit, self.disqualify, self.withdraw, self.drain, self.settle,
-                self.delete, self.restore, self.publish]
+        return [
+            self.admit,
+            self.disqualify,
+            self.withdraw,
+            self.drain,
+            self.settle,
+            self.delete,
+            self.restore,
+            self.publish,
+        ]

@@ -45,23 +45,34 @@ async def world_worker(
 ) -> AsyncIterator[tuple[Client, FakeWorld, str]]:
     world = FakeWorld()
     queue = f"tq-{uuid.uuid4()}"
-    async with Worker(time_skipping_env.client, task_queue=queue,
-                      workflows=[RetirementWorkflow], activities=world.activities(),
-                      max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE):
+    async with Worker(
+        time_skipping_env.client,
+        task_queue=queue,
+        workflows=[RetirementWorkflow],
+        activities=world.activities(),
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+    ):
         yield time_skipping_env.client, world, queue
 
 
 def request(**kw: object) -> RetirementRequest:
-    base: dict[str, object] = {"namespace": "ns", "deployment": f"md-{uuid.uuid4().hex[:8]}",
-                               "role": "server", "ordinal": 1}
+    base: dict[str, object] = {
+        "namespace": "ns",
+        "deployment": f"md-{uuid.uuid4().hex[:8]}",
+        "role": "server",
+        "ordinal": 1,
+    }
     base.update(kw)
     return RetirementRequest.model_validate(base)
 
 
 async def start(client: Client, queue: str, req: RetirementRequest) -> WorkflowHandle:  # type: ignore[type-arg]
     return await client.start_workflow(
-        RetirementWorkflow.run, req, id=f"retirement/{req.namespace}/{req.deployment}",
-        task_queue=queue, result_type=RetirementState,
+        RetirementWorkflow.run,
+        req,
+        id=f"retirement/{req.namespace}/{req.deployment}",
+        task_queue=queue,
+        result_type=RetirementState,
     )
 
 
@@ -77,9 +88,13 @@ async def record(handle: WorkflowHandle) -> None:  # type: ignore[type-arg]
     HISTORIES.append((handle.id, await handle.fetch_history()))
 
 
-async def wait_phase(handle: WorkflowHandle, phase: Phase, outcome: Outcome | None = None,  # type: ignore[type-arg]
-                     timeout: float = 10.0, env: WorkflowEnvironment | None = None,
-                     ) -> RetirementState:
+async def wait_phase(
+    handle: WorkflowHandle,
+    phase: Phase,
+    outcome: Outcome | None = None,  # type: ignore[type-arg]
+    timeout: float = 10.0,
+    env: WorkflowEnvironment | None = None,
+) -> RetirementState:
     """Query until ``phase``; with ``env``, skip 30 s of server time between queries."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
@@ -102,8 +117,14 @@ async def test_happy_path(world_worker: tuple[Client, FakeWorld, str]) -> None:
     assert st.outcome is Outcome.COMPLETED
     assert st.phase is Phase.COMPLETED
     assert [p for p, _ in st.phase_timeline] == [
-        Phase.ADMITTED, Phase.DISQUALIFIED, Phase.WITHDRAWING, Phase.DRAINING,
-        Phase.DELETING, Phase.SETTLING, Phase.COMPLETED]
+        Phase.ADMITTED,
+        Phase.DISQUALIFIED,
+        Phase.WITHDRAWING,
+        Phase.DRAINING,
+        Phase.DELETING,
+        Phase.SETTLING,
+        Phase.COMPLETED,
+    ]
     assert world.calls == ["admit", "disqualify", "withdraw", "drain", "delete", "settle"]
     assert (st.deleted is not None and st.deleted.deleted == ["md-server-1"]) or st.deleted
     assert world.published[-1].clear and world.published[-1].phase is Phase.COMPLETED
@@ -114,14 +135,20 @@ async def test_happy_path(world_worker: tuple[Client, FakeWorld, str]) -> None:
     await record(handle)
 
 
-@pytest.mark.parametrize(("phase_activity", "phase", "budget"), [
-    ("withdraw", Phase.WITHDRAWING, 30.0),
-    ("drain", Phase.DRAINING, 240.0),
-    ("settle", Phase.SETTLING, 30.0),
-])
+@pytest.mark.parametrize(
+    ("phase_activity", "phase", "budget"),
+    [
+        ("withdraw", Phase.WITHDRAWING, 30.0),
+        ("drain", Phase.DRAINING, 240.0),
+        ("settle", Phase.SETTLING, 30.0),
+    ],
+)
 async def test_phase_budget_exhausted(
-    world_worker: tuple[Client, FakeWorld, str], time_skipping_env: WorkflowEnvironment,
-    phase_activity: str, phase: Phase, budget: float,
+    world_worker: tuple[Client, FakeWorld, str],
+    time_skipping_env: WorkflowEnvironment,
+    phase_activity: str,
+    phase: Phase,
+    budget: float,
 ) -> None:
     client, world, queue = world_worker
     world.behaviour[phase_activity] = "unknown"  # holds: never VERIFIED, never FAILED
@@ -129,11 +156,13 @@ async def test_phase_budget_exhausted(
     if phase is Phase.SETTLING:
         st: RetirementState = await handle.result()
     else:
-        st = await wait_phase(handle, Phase.ABORTED, Outcome.ABORTED, timeout=60,
-                         env=time_skipping_env)
+        st = await wait_phase(
+            handle, Phase.ABORTED, Outcome.ABORTED, timeout=60, env=time_skipping_env
+        )
     entered = next(t for p, t in st.phase_timeline if p is phase)
-    left = next(t for p, t in st.phase_timeline
-                if p in (Phase.ABORTED, Phase.COMPLETED) and t > entered)
+    left = next(
+        t for p, t in st.phase_timeline if p in (Phase.ABORTED, Phase.COMPLETED) and t > entered
+    )
     assert budget <= (left - entered).total_seconds() <= budget + 6
     if phase is Phase.SETTLING:
         # After the point of no return: deleted, but the settle was not confirmed.
@@ -149,18 +178,19 @@ async def test_phase_budget_exhausted(
 
 
 async def test_drain_held_then_aborted_at_drain_budget_with_real_300s_budget(
-    world_worker: tuple[Client, FakeWorld, str], time_skipping_env: WorkflowEnvironment,
+    world_worker: tuple[Client, FakeWorld, str],
+    time_skipping_env: WorkflowEnvironment,
 ) -> None:
     client, world, queue = world_worker
     world.behaviour["drain"] = "unknown"  # an engine that stays busy
     handle = await start(client, queue, request())
-    st = await wait_phase(handle, Phase.ABORTED, Outcome.ABORTED, timeout=60,
-                         env=time_skipping_env)
+    st = await wait_phase(handle, Phase.ABORTED, Outcome.ABORTED, timeout=60, env=time_skipping_env)
     assert st.deadline is not None and st.started_at is not None
     drain_start = next(t for p, t in st.phase_timeline if p is Phase.DRAINING)
     # The drain phase ends at min(overall, start + 240 s).
     assert min(st.deadline, drain_start + timedelta(seconds=240)) == drain_start + timedelta(
-        seconds=240)
+        seconds=240
+    )
     assert "restore" in world.calls and "delete" not in world.calls
     assert st.history[-1].furthest_phase is Phase.DRAINING
     assert st.history[-1].ended_at is not None
@@ -172,15 +202,14 @@ async def test_drain_held_then_aborted_at_drain_budget_with_real_300s_budget(
 
 
 async def test_overall_budget_bounds_every_phase(
-    world_worker: tuple[Client, FakeWorld, str], time_skipping_env: WorkflowEnvironment,
+    world_worker: tuple[Client, FakeWorld, str],
+    time_skipping_env: WorkflowEnvironment,
 ) -> None:
     client, world, queue = world_worker
     world.behaviour["drain"] = "unknown"
-    req = request(budgets={"overall_s": 60, "withdrawal_s": 30, "drain_s": 240,
-                           "settle_s": 30})
+    req = request(budgets={"overall_s": 60, "withdrawal_s": 30, "drain_s": 240, "settle_s": 30})
     handle = await start(client, queue, req)
-    st = await wait_phase(handle, Phase.ABORTED, Outcome.ABORTED, timeout=60,
-                         env=time_skipping_env)
+    st = await wait_phase(handle, Phase.ABORTED, Outcome.ABORTED, timeout=60, env=time_skipping_env)
     assert st.deadline is not None and st.history[-1].ended_at is not None
     # The drain was cut by the overall deadline, not its own 240 s.
     assert st.history[-1].ended_at <= st.deadline + timedelta(seconds=1)
@@ -192,7 +221,9 @@ async def test_overall_budget_bounds_every_phase(
 @pytest.mark.parametrize("phase_activity", ["disqualify", "withdraw", "drain"])
 @pytest.mark.parametrize("how", ["update", "signal", "cancel"])
 async def test_abort_before_deleting(
-    world_worker: tuple[Client, FakeWorld, str], phase_activity: str, how: str,
+    world_worker: tuple[Client, FakeWorld, str],
+    phase_activity: str,
+    how: str,
 ) -> None:
     client, world, queue = world_worker
     world.behaviour[phase_activity] = "hang"
@@ -290,7 +321,8 @@ async def test_retry_replay_ignored_and_new_token_starts_fresh_attempt(
     assert res.decision == "Accept"
     # continue-as-new: the same workflow ID, a new run, fresh admission and budgets.
     final: RetirementState = await client.get_workflow_handle(
-        handle.id, result_type=RetirementState).result()
+        handle.id, result_type=RetirementState
+    ).result()
     assert final.outcome is Outcome.COMPLETED and final.attempt == 2
     assert final.last_consumed_retry_token == "t2"
     assert world.admissions == 2
@@ -315,7 +347,8 @@ async def test_retry_signal_on_running_retirement_is_ignored(
 
 @pytest.mark.parametrize("when", ["draining", "held"])
 async def test_cancel_intent_retains_capacity(
-    world_worker: tuple[Client, FakeWorld, str], when: str,
+    world_worker: tuple[Client, FakeWorld, str],
+    when: str,
 ) -> None:
     client, world, queue = world_worker
     world.behaviour["drain"] = "hang" if when == "draining" else "failed"
@@ -394,7 +427,8 @@ async def test_replay_recorded_histories() -> None:
 
 
 async def test_held_members_are_restored_once_they_qualify(
-    world_worker: tuple[Client, FakeWorld, str], time_skipping_env: WorkflowEnvironment,
+    world_worker: tuple[Client, FakeWorld, str],
+    time_skipping_env: WorkflowEnvironment,
 ) -> None:
     """Level-based restore: a member that did not qualify when the abort's restore ran
     (PodReady Unknown for a while) is evaluated again while held, on a backoff, until it
@@ -422,8 +456,10 @@ async def test_held_members_are_restored_once_they_qualify(
     await cancel_and_wait(handle)
 
 
-async def eventually_held_restored(handle: WorkflowHandle, env: WorkflowEnvironment,  # type: ignore[type-arg]
-                                   ) -> RetirementState:
+async def eventually_held_restored(
+    handle: WorkflowHandle,
+    env: WorkflowEnvironment,  # type: ignore[type-arg]
+) -> RetirementState:
     for _ in range(40):
         st: RetirementState = await handle.query(RetirementWorkflow.state)
         if st.outcome is Outcome.ABORTED and not st.unrestored and not st.restoring:
@@ -433,7 +469,8 @@ async def eventually_held_restored(handle: WorkflowHandle, env: WorkflowEnvironm
 
 
 async def test_a_long_hold_continued_as_new_resumes_held(
-    world_worker: tuple[Client, FakeWorld, str], time_skipping_env: WorkflowEnvironment,
+    world_worker: tuple[Client, FakeWorld, str],
+    time_skipping_env: WorkflowEnvironment,
 ) -> None:
     """A run that starts from a carried held state (continue-as-new of a long hold) holds
     on where it was: no admission, the members still held are evaluated again, and a retry
@@ -448,8 +485,12 @@ async def test_a_long_hold_continued_as_new_resumes_held(
     carried = held.carried_request()
     world.calls.clear()
     handle = await client.start_workflow(
-        RetirementWorkflow.run, carried, id=f"{held.workflow_id}-carried", task_queue=queue,
-        result_type=RetirementState)
+        RetirementWorkflow.run,
+        carried,
+        id=f"{held.workflow_id}-carried",
+        task_queue=queue,
+        result_type=RetirementState,
+    )
     st = await eventually_held_restored(handle, time_skipping_env)
     assert world.calls == ["restore"], world.calls  # no admission, one more restore round
     assert st.attempt == held.attempt and st.phase_timeline == held.phase_timeline
@@ -457,14 +498,16 @@ async def test_a_long_hold_continued_as_new_resumes_held(
     res = await handle.execute_update(RetirementWorkflow.retry, RetryRequest(token="t-1"))
     assert res.decision == "Accept", res
     final: RetirementState = await client.get_workflow_handle(
-        handle.id, result_type=RetirementState).result()  # the fresh attempt's run
+        handle.id, result_type=RetirementState
+    ).result()  # the fresh attempt's run
     assert final.outcome is Outcome.COMPLETED and final.attempt == held.attempt + 1
     assert world.calls[:2] == ["restore", "admit"], world.calls  # admitted afresh
 
 
 @pytest.mark.parametrize("publish", ["hang", "failed"])
 async def test_the_mirror_never_delays_the_restore(
-    world_worker: tuple[Client, FakeWorld, str], publish: str,
+    world_worker: tuple[Client, FakeWorld, str],
+    publish: str,
 ) -> None:
     """A slow or failing status subresource costs no budget: the restore starts while the
     snapshots of the phases before it are still being published (or failing)."""
@@ -485,5 +528,10 @@ async def test_the_mirror_never_delays_the_restore(
             break
         await asyncio.sleep(0.1)
     assert [p.phase for p in world.published][:5] == [
-        Phase.ADMITTED, Phase.DISQUALIFIED, Phase.WITHDRAWING, Phase.DRAINING, Phase.ABORTED]
+        Phase.ADMITTED,
+        Phase.DISQUALIFIED,
+        Phase.WITHDRAWING,
+        Phase.DRAINING,
+        Phase.ABORTED,
+    ]
     await cancel_and_wait(handle)
