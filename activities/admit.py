@@ -6,7 +6,7 @@ from __future__ import annotations
 from activities.oneshot import valid_path, valid_port, valid_scheme
 from kube.api import KubeApi
 from kube.deployment import MalformedDeployment, ModelDeployment, Role, parse_deployment
-from kube.errors import NotFound
+from kube.errors import KubeError, NotFound
 from kube.objects import Container, Pod
 from retirement.intents import intent_refusal
 from retirement.models import (
@@ -104,7 +104,8 @@ def _bind(api: KubeApi, inp: AdmitInput) -> Target:
             raise Refusal(sel.refusal)
         targets = pods
         measured = set(sel.measured)
-    bound = [_member(p, measured=p.name in measured) for p in targets]
+    served = _served_ports(api, req.namespace)
+    bound = [_member(p, measured=p.name in measured, served=served.get(p.uid)) for p in targets]
     workload_name, workload_uid = _workload(api, req.namespace, {p.uid for p in pods})
     return Target(
         namespace=req.namespace,
@@ -159,14 +160,37 @@ def _role_kind(role: Role | None, pods: list[Pod]) -> str:
     return kinds.pop()
 
 
-def _serve_port(main: Container) -> int | None:
+def _serve_port(main: Container, served: int | None) -> int | None:
+    """The port the member really serves on: what a Service routes to it (its
+    EndpointSlice entry), else the declared ``http`` container port, else the first one."""
+    if served is not None:
+        return served
     if not main.ports:
         return None
     named = next((x for x in main.ports if x.name == "http"), main.ports[0])
     return named.container_port
 
 
-def _member(p: Pod, *, measured: bool) -> MemberTarget:
+def _served_ports(api: KubeApi, namespace: str) -> dict[str, int]:
+    """Pod UID -> the port an EndpointSlice routes to it (the one named ``http`` first).
+    Only a hint for the identity probe: a failed list leaves the declared ports."""
+    try:
+        slices = api.list_namespace_endpoint_slices(namespace=namespace)
+    except KubeError:
+        return {}
+    found: dict[str, tuple[bool, int]] = {}
+    for sl in slices:
+        ports = [(p.name == "http", p.port) for p in sl.ports if p.port is not None]
+        if not ports:
+            continue
+        best = max(ports, key=lambda x: x[0])
+        for e in sl.endpoints:
+            if e.target_uid and (e.target_uid not in found or best[0] > found[e.target_uid][0]):
+                found[e.target_uid] = (best[0], best[1])
+    return {uid: port for uid, (_, port) in found.items()}
+
+
+def _member(p: Pod, *, measured: bool, served: int | None = None) -> MemberTarget:
     name = p.name
     main = p.container(ENGINE_CONTAINER)
     if main is None:
@@ -196,7 +220,7 @@ def _member(p: Pod, *, measured: bool) -> MemberTarget:
         member_index=member_index(_as_member(p)),
         measured=measured,
         eligible_at_admission=labels.get(LABEL_ELIGIBLE) == "true",
-        serve_port=_serve_port(main),
+        serve_port=_serve_port(main, served),
         metrics_port=port,
         metrics_scheme=scheme or "http",
         metrics_path=path or "/metrics",

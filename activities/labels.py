@@ -250,11 +250,7 @@ def restore_once(
                 held.pop(m.pod, None)
                 continue
             ready = pod_ready(pod)
-            if ready == "False":
-                failed[m.pod] = "PodReady is False"
-                held.pop(m.pod, None)
-                continue
-            if ready != "True":
+            if ready != "True":  # not yet: evaluated again while held (it may recover)
                 held[m.pod] = f"PodReady is {ready}"
                 continue
             probed = [False]

@@ -8,6 +8,7 @@ NaN, a negative or non-numeric value, no ``#end`` — reads UNKNOWN, never idle.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
@@ -73,7 +74,14 @@ def unknown(reason: str) -> Sample:
     return Sample(complete=False, reason=reason)
 
 
+#: What the one-shot prints for a value: Python's ``repr`` of a float, nothing around it
+#: (``float()`` alone would also accept spaces, '\x1e', '_' separators or other digits).
+_NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+
+
 def _number(text: str) -> float | None:
+    if not _NUMBER.fullmatch(text):
+        return None
     try:
         value = float(text)
     except ValueError:
@@ -90,7 +98,7 @@ def parse_oneshot_output(*, engine: str, stdout: str) -> Sample:
         return unknown(f"unknown engine {engine!r}")
     values: dict[str, float] = {}
     ended = False
-    for line in stdout.splitlines():
+    for line in stdout.split("\n"):  # only "\n" ends a line (splitlines also splits on \x1e)
         if not line:
             continue
         if ended:

@@ -21,7 +21,7 @@ from tests.helpers.fake_kube import FakeKube, member_pod
 NS = "default"
 MD = "llm"
 #: The calls admission may make: reads only.
-READS = {"get_deployment", "list_pods", "list_workloads"}
+READS = {"get_deployment", "list_pods", "list_namespace_endpoint_slices", "list_workloads"}
 
 
 def cluster(*pods: dict[str, Any], md: dict[str, Any] | None = None) -> FakeKube:
@@ -440,3 +440,21 @@ def test_a_not_found_pod_list_is_not_read_as_kueue_missing() -> None:
     with pytest.raises(ApplicationError) as info:
         admit(kube)
     assert info.value.type == "NotFound" and info.value.non_retryable
+
+
+def test_the_serving_port_is_the_one_a_service_routes_to() -> None:
+    """The identity probe goes where traffic really goes: the port an EndpointSlice
+    routes to the member (``http`` first), not only what the container declares."""
+    kube = cluster(replica(0), replica(1))
+    kube.set_endpoints(
+        MD,
+        ["198.18.1.11"],
+        namespace=NS,
+        target_uids=["uid-1"],
+        ports=[{"name": "metrics", "port": 9100}, {"name": "http", "port": 30000}],
+    )
+    t = admit(kube).target
+    assert t is not None and t.members[0].serve_port == 30000
+    kube.fail("list_namespace_endpoint_slices", Unavailable("list EndpointSlices", status=503))
+    t = admit(kube).target
+    assert t is not None and t.members[0].serve_port == 8000  # the declared port

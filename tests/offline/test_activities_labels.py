@@ -351,12 +351,21 @@ def test_restore_never_touches_a_replacement(how: str) -> None:
         assert eligible(kube, "llm-1") is None
 
 
-def test_restore_fails_a_member_that_is_not_ready() -> None:
+def test_restore_holds_a_member_that_is_not_ready_then_restores_it_once_it_recovers() -> None:
+    """PodReady False (an engine restarting during the incident that caused the abort) is
+    not final: the member is held, and put back once it is Ready again."""
     kube, target = disqualified()
     restate(kube, single(eligible=False, ready="False"))
-    result = restore(kube, target)
-    assert result.failed == {"llm-1": "PodReady is False"}
-    assert eligible(kube, "llm-1") is None and writes(kube) == []
+    beats: list[Any] = []
+
+    def recovers(n: int) -> None:
+        if n == 2:
+            restate(kube, single(eligible=False, ready="True"))
+
+    result = restore(kube, target, heartbeats=beats, on_beat=recovers)
+    assert result == RestoreResult(restored=["llm-1"])
+    assert beats[0].reason == "llm-1: PodReady is False"
+    assert eligible(kube, "llm-1") == "true"
 
 
 def test_restore_holds_while_ready_is_unknown_then_restores_when_ready() -> None:
