@@ -13,8 +13,7 @@ from activities.oneshot import EXEC_TIMEOUT_S, command, valid_path, valid_port, 
 from activities.polling import poll_until, resumed
 from kube.api import KubeApi
 from kube.errors import KubeError
-from kube.members import MemberGone
-from kube.members import read_member as read_bound
+from kube.members import MemberGone, read_member
 from retirement.drain import DrainProgress, observe_round, resume
 from retirement.models import DrainHeartbeat, MemberTarget, Observation, PhaseInput, Target
 from retirement.names import ENGINE_CONTAINER
@@ -41,7 +40,7 @@ class Identity:
 
 def identity(api: KubeApi, target: Target, m: MemberTarget) -> Identity:
     """The live Pod's UID and ``main`` container identity; raises Replaced."""
-    pod = read_bound(api, namespace=target.namespace, name=m.pod, uid=m.uid)
+    pod = read_member(api, namespace=target.namespace, name=m.pod, uid=m.uid)
     if isinstance(pod, MemberGone):
         raise Replaced(pod.describe())
     st = pod.container_status(ENGINE_CONTAINER)
@@ -73,7 +72,7 @@ def exec_oneshot(api: KubeApi, target: Target, m: MemberTarget) -> tuple[str, st
     return result.stdout, ""
 
 
-def read_member(api: KubeApi, target: Target, m: MemberTarget) -> Sample:
+def sample_member(api: KubeApi, target: Target, m: MemberTarget) -> Sample:
     """One read of one member; raises Replaced on a definite identity fault."""
     try:
         before = identity(api, target, m)
@@ -102,7 +101,7 @@ def drain(api: KubeApi, inp: PhaseInput) -> Observation:
     not idle.  A resumed attempt goes on from the previous attempt's idle read only if
     that read is recent (``retirement.drain.resume``)."""
     # Imported here: ``activities.withdrawal`` (which ``recheck`` reads through) imports
-    # this module's ``read_member``.
+    # ``activities.drain``.
     from activities.recheck import still_withdrawn
 
     target = inp.target
@@ -118,7 +117,7 @@ def drain(api: KubeApi, inp: PhaseInput) -> Observation:
             samples: dict[str, Sample] = {}
             for m in members:
                 try:
-                    samples[m.pod] = read_member(api, target, m)
+                    samples[m.pod] = sample_member(api, target, m)
                 except Replaced as e:
                     return Observation(verdict=Verdict.FAILED, reason=f"member {e}")
             readings = {k: _describe(s) for k, s in samples.items()}

@@ -13,13 +13,12 @@ import time
 import httpx
 from temporalio.exceptions import CancelledError
 
-from activities.drain import Replaced, read_member
+from activities.drain import Replaced, sample_member
 from activities.polling import cancel_seen, poll_until, resumed
 from activities.routers import TIMEOUT_S, canonical_ip, observer_for
 from kube.api import KubeApi
 from kube.errors import KubeError
-from kube.members import MemberGone
-from kube.members import read_member as read_bound
+from kube.members import MemberGone, read_member
 from kube.objects import EndpointSlice, Pod, Service
 from retirement.models import (
     MemberTarget,
@@ -99,7 +98,7 @@ def member_addresses(api: KubeApi, target: Target, m: MemberTarget) -> set[str] 
     the admitted UID (a Pod's addresses do not change while it lives); None when the read
     failed (the caller uses the recorded address and reads again later)."""
     try:
-        pod = read_bound(api, namespace=target.namespace, name=m.pod, uid=m.uid)
+        pod = read_member(api, namespace=target.namespace, name=m.pod, uid=m.uid)
     except KubeError:
         return None
     return {m.ip} if isinstance(pod, MemberGone) else {m.ip, *pod.pod_ips}
@@ -239,7 +238,7 @@ def _routerless(api: KubeApi, inp: PhaseInput, quiet: dict[str, object]) -> tupl
     counters: dict[str, tuple[float, ...]] = {}
     for m in (m for m in target.members if m.measured):
         try:
-            s = read_member(api, target, m)
+            s = sample_member(api, target, m)
         except Replaced as e:
             return Verdict.UNKNOWN, f"router-less: member {e}"
         if not s.complete:
