@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kube.api import KubeApi
-from kube.errors import NotFound
+from kube.errors import Conflict, NotFound
 from kube.events import post_event
 from kube.objects import ObjectRef
 from retirement.models import PublishInput
@@ -43,10 +43,15 @@ def retirement_status(inp: PublishInput) -> dict[str, Any] | None:
 def publish(api: KubeApi, inp: PublishInput) -> None:
     """Write the status (a merge patch of the subresource: no lost update of other status
     fields) and emit the phase's Event once (a deterministic name makes retries no-ops)."""
-    body = {"status": {"retirement": retirement_status(inp)}}
+    body: dict[str, Any] = {"status": {"retirement": retirement_status(inp)}}
+    admitted_uid = inp.target.deployment_uid if inp.target is not None else ""
+    if admitted_uid:  # only onto the deployment admitted, never one re-created since
+        body["metadata"] = {"uid": admitted_uid}
     try:
         md = api.patch_deployment_status(namespace=inp.namespace, name=inp.deployment, patch=body)
     except NotFound:  # the deployment is gone: nothing to mirror on
+        return
+    except Conflict:  # a UID precondition failed: re-created under the same name
         return
     uid = (md.get("metadata") or {}).get("uid") or ""
     _event(api, inp, uid=str(uid))

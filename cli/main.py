@@ -97,6 +97,18 @@ def _validated(build: Any) -> Any:
         ) from e
 
 
+def parse_budgets(text: str) -> Budgets:
+    """``--budgets`` JSON → Budgets; UsageError when it is not valid JSON or not budgets."""
+    try:
+        raw = json.loads(text)
+    except RecursionError as e:  # nested deeper than the parser can follow
+        raise UsageError("--budgets: JSON nested too deeply") from e
+    except ValueError as e:
+        raise UsageError(f"--budgets: not valid JSON: {e}") from e
+    budgets: Budgets = _validated(lambda: Budgets.model_validate(raw))
+    return budgets
+
+
 async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> int:
     """Execute one command; returns the exit code."""
     ns, md = parse_ref(args.ref)
@@ -106,13 +118,14 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
     elif args.command == "retry":
         retry_req = _validated(lambda: RetryRequest(token=args.token))
     elif args.command == "start":
+        budgets = parse_budgets(args.budgets)
         start_req = _validated(
             lambda: RetirementRequest(
                 namespace=ns,
                 deployment=md,
                 role=args.role,
                 ordinal=args.ordinal,
-                budgets=Budgets.model_validate(json.loads(args.budgets)),
+                budgets=budgets,
                 routerless_policy=args.routerless_policy,
             )
         )

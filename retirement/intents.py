@@ -78,6 +78,8 @@ def derive_intents(roles: Sequence[RoleSpec], pods: Sequence[PodView]) -> list[I
     sheds: list[Intent] = []
     for role in roles:
         replicas = by_role.get(role.name, {})
+        if role.replicas < 0 or role.size < 1:
+            continue  # a malformed count decides nothing (never "retire everything")
         for ordinal in sorted((o for o in replicas if o >= role.replicas), reverse=True):
             trims.append(Intent(IntentKind.COUNT_TRIM, role.name, ordinal))
         for ordinal in sorted(o for o in replicas if o < role.replicas):

@@ -53,7 +53,7 @@ class RetirementRequest(_Model):
     namespace: str = Field(pattern=K8S_NAME, max_length=63)
     deployment: str = Field(pattern=K8S_NAME, max_length=253)
     role: str = Field(pattern=K8S_NAME, max_length=63)
-    ordinal: int = Field(ge=0, le=100000)
+    ordinal: int = Field(ge=0, le=100000, strict=True)  # JSON true is not ordinal 1
     intent: IntentKind = IntentKind.COUNT_TRIM
     #: Surplus shed: the member Pods to retire (empty: the whole replica).
     members: list[str] = Field(default_factory=list, max_length=64)

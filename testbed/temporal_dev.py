@@ -62,26 +62,70 @@ class TemporalDevConfig:
         )
 
 
+def _port(name: str, value: Any) -> int:
+    """A TCP port, 1..65535: a YAML integer or a string of decimal digits."""
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer port, not {value!r}")
+    if not 0 < value < 65536:
+        raise ValueError(f"{name} must be a port in 1..65535, not {value}")
+    return value
+
+
+def _text(name: str, value: Any) -> str:
+    """A non-empty string setting."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{name} must be a non-empty string, not {value!r}")
+    return value
+
+
+def _mapping(name: str, value: Any) -> dict[Any, Any]:
+    """A mapping setting."""
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a mapping, not {type(value).__name__}")
+    return value
+
+
+def _address(value: Any) -> str:
+    """``HOST:PORT`` with a non-empty host and a port in 1..65535."""
+    address = _text("address", value)
+    host, sep, port = address.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"address must be HOST:PORT, not {address!r}")
+    _port("address port", port)
+    return address
+
+
 def load_config(path: Path = CONFIG_PATH) -> TemporalDevConfig:
     """Read and validate ``temporal-dev.yaml``; a bad file raises ``ValueError``."""
-    raw = yaml.safe_load(path.read_text())
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        reason = " ".join(str(e).split())
+        raise ValueError(f"{path}: not valid YAML: {reason}") from e
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: expected a mapping at the top level")
     try:
-        db = Path(str(raw["db_filename"]))
+        db = Path(_text("db_filename", raw["db_filename"]))
         return TemporalDevConfig(
-            address=str(raw["address"]),
-            http_port=int(raw["http_port"]),
-            ui_port=int(raw["ui_port"]),
-            metrics_port=int(raw["metrics_port"]),
-            namespace=str(raw["namespace"]),
-            task_queue=str(raw["task_queue"]),
+            address=_address(raw["address"]),
+            http_port=_port("http_port", raw["http_port"]),
+            ui_port=_port("ui_port", raw["ui_port"]),
+            metrics_port=_port("metrics_port", raw["metrics_port"]),
+            namespace=_text("namespace", raw["namespace"]),
+            task_queue=_text("task_queue", raw["task_queue"]),
             db_filename=db if db.is_absolute() else REPO_ROOT / db,
-            search_attributes={str(k): str(v) for k, v in raw["search_attributes"].items()},
-            dynamic_config=dict(raw.get("dynamic_config") or {}),
+            search_attributes={
+                str(k): str(v)
+                for k, v in _mapping("search_attributes", raw["search_attributes"]).items()
+            },
+            dynamic_config=dict(_mapping("dynamic_config", raw.get("dynamic_config") or {})),
         )
-    except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{path}: invalid or missing setting: {e}") from e
+    except KeyError as e:
+        raise ValueError(f"{path}: missing setting: {e}") from e
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path}: invalid setting: {e}") from e
 
 
 def search_attribute_keys(cfg: TemporalDevConfig) -> list[SearchAttributeKey[Any]]:

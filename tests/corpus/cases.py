@@ -543,20 +543,10 @@ PAYLOADS: list[Case] = [
             ]
         )
     ],
-    Case(
-        "request-ordinal-true",
-        ("RetirementRequest", _req(ordinal=True)),
-        "RetirementRequest accepts ordinal=true (pydantic's lax bool->int coercion), starting "
-        "a retirement of ordinal 1 from a payload that did not name one",
-    ),
+    Case("request-ordinal-true", ("RetirementRequest", _req(ordinal=True))),
 ]
 
 # ------------------------------------------------------------------ CLI arguments
-
-_CLI_DEPTH_BUG = (
-    "json.loads of a deeply nested --budgets raises RecursionError (a "
-    "RuntimeError), which main() reports as 'cannot reach Temporal' with exit 1"
-)
 
 CLI_ARGS: list[Case] = [
     Case("no-args", []),
@@ -616,7 +606,6 @@ CLI_ARGS: list[Case] = [
     Case(
         "start-budgets-deep",
         ["start", "demo/llm", "--role", "worker", "--ordinal", "1", "--budgets", "[" * 100000],
-        _CLI_DEPTH_BUG,
     ),
     Case(
         "start-policy",
@@ -639,10 +628,6 @@ _CONFIG_OK: dict[str, Any] = {
     "search_attributes": {"RetirementDeployment": "Keyword", "RetirementOrdinal": "Int"},
     "dynamic_config": {"frontend.enableUpdateWorkflowExecution": True},
 }
-_CONFIG_RANGE_BUG = (
-    "load_config() accepts a setting the dev server cannot use (it only "
-    "applies int()/str()), so the error surfaces later, or never"
-)
 
 
 def _config(**changes: Any) -> str:
@@ -654,21 +639,9 @@ DEV_CONFIGS: list[Case] = [
     Case("empty-file", ""),
     Case("list", "- address\n- http_port\n"),
     Case("scalar", "127.0.0.1:7233\n"),
-    Case(
-        "yaml-syntax",
-        "address: [127.0.0.1\n",
-        "a YAML syntax error raises yaml.YAMLError, not the documented ValueError",
-    ),
-    Case(
-        "yaml-tab-indent",
-        "address:\n\t- x\n",
-        "a YAML syntax error raises yaml.YAMLError, not the documented ValueError",
-    ),
-    Case(
-        "yaml-python-tag",
-        "address: !!python/object/apply:os.system ['true']\n",
-        "an unsafe tag raises yaml.YAMLError (safe_load refuses it), not ValueError",
-    ),
+    Case("yaml-syntax", "address: [127.0.0.1\n"),
+    Case("yaml-tab-indent", "address:\n\t- x\n"),
+    Case("yaml-python-tag", "address: !!python/object/apply:os.system ['true']\n"),
     *[
         Case(f"missing-{k}", _config(**{k: _DROP}))
         for k in (
@@ -686,23 +659,15 @@ DEV_CONFIGS: list[Case] = [
     Case("http-port-null", _config(http_port=None)),
     Case("ui-port-list", _config(ui_port=[8233])),
     Case("metrics-port-map", _config(metrics_port={"port": 1})),
-    Case(
-        "search-attributes-null",
-        _config(search_attributes=None),
-        "search_attributes: null raises AttributeError ('NoneType' has no .items)",
-    ),
-    Case(
-        "search-attributes-list",
-        _config(search_attributes=["RetirementRole"]),
-        "search_attributes as a list raises AttributeError (no .items)",
-    ),
+    Case("search-attributes-null", _config(search_attributes=None)),
+    Case("search-attributes-list", _config(search_attributes=["RetirementRole"])),
     Case("search-attribute-kind", _config(search_attributes={"RetirementRole": "Text"})),
     Case("dynamic-config-list", _config(dynamic_config=["a"])),
     Case("dynamic-config-text", _config(dynamic_config="abc")),
-    Case("address-no-port", _config(address="127.0.0.1"), _CONFIG_RANGE_BUG),
+    Case("address-no-port", _config(address="127.0.0.1")),
     Case("address-port-text", _config(address="127.0.0.1:grpc")),
-    Case("http-port-negative", _config(http_port=-1), _CONFIG_RANGE_BUG),
-    Case("ui-port-too-big", _config(ui_port=70000), _CONFIG_RANGE_BUG),
+    Case("http-port-negative", _config(http_port=-1)),
+    Case("ui-port-too-big", _config(ui_port=70000)),
 ]
 
 BUDGETS: list[Case] = [

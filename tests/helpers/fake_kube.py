@@ -486,6 +486,12 @@ class FakeKube:
             self._enter(method, namespace=namespace, name=name, patch=patch)
             md = self._found(self.deployments, (namespace, name), "ModelDeployment")
             rv = (patch.get("metadata") or {}).get("resourceVersion")
+            uid = (patch.get("metadata") or {}).get("uid")
+            if uid is not None and uid != md["metadata"].get("uid"):
+                # The API server: "Precondition failed: UID in precondition" (409).
+                raise Conflict(
+                    f"patch ModelDeployment {namespace}/{name}", status=409, reason="Conflict"
+                )
             if rv is not None and rv != md["metadata"]["resourceVersion"]:
                 raise Conflict(
                     f"patch ModelDeployment {namespace}/{name}", status=409, reason="Conflict"

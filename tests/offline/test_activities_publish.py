@@ -121,7 +121,8 @@ def test_publish_writes_status_retirement_and_keeps_the_other_status_fields() ->
         "workflowID": WF,
     }
     [call] = kube.called("patch_deployment_status")
-    assert call.args["patch"].keys() == {"status"}
+    assert call.args["patch"].keys() == {"status", "metadata"}  # metadata: the UID precondition
+    assert call.args["patch"]["metadata"] == {"uid": "md-uid"}
     assert kube.called("patch_deployment") == []  # never the main resource
 
 
@@ -209,11 +210,6 @@ def test_publish_on_a_deleted_deployment_does_nothing() -> None:
     assert kube.called("create_event") == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: publish writes status.retirement (and its lastConsumedRetryToken) onto a "
-    "ModelDeployment re-created under the same name with another UID than the target's",
-)
 def test_publish_does_not_mirror_onto_a_recreated_deployment() -> None:
     kube = cluster(uid="md-new")
     publish(kube, snapshot(deployment_uid="md-old"))

@@ -106,12 +106,6 @@ def test_a_pod_with_malformed_labels_yields_no_intent(labels: dict[str, str]) ->
     assert derive_intents([], pods) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="size < 1 makes every member a surplus: derive_intents "
-    "sheds all members of every replica instead of deriving nothing (the spec "
-    "is malformed, nothing is known to be surplus)",
-)
 @pytest.mark.parametrize("size", [0, -1])
 def test_a_role_with_no_valid_size_sheds_nothing(size: int) -> None:
     pods = [
@@ -128,11 +122,6 @@ def test_a_role_with_no_valid_size_sheds_nothing(size: int) -> None:
     assert derive_intents([RoleSpec(name="worker", replicas=1, size=size)], pods) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="replicas < 0 trims ordinal 0 too: derive_intents "
-    "retires every replica of a role whose count is malformed",
-)
 def test_a_role_with_negative_replicas_trims_nothing() -> None:
     pods = [
         PodView(
