@@ -38,6 +38,7 @@ from retirement.models import (
     RetryRequest,
     workflow_id_for,
 )
+from workflows import story
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
 
 REF = re.compile(
@@ -158,6 +159,8 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
                 id=wid,
                 task_queue=args.task_queue,
                 search_attributes=initial_search_attributes(start_req),
+                static_summary=story.summary(start_req),
+                static_details=story.details(start_req),
             )
             print(f"started {wid}")
     except WorkflowUpdateFailedError as e:

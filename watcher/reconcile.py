@@ -74,6 +74,7 @@ from retirement.phases import Outcome, abortable
 from retirement.retry import parse_retry_annotation
 from retirement.shape import MemberPod, read_shape, select_members
 from watcher.metrics import WatcherMetrics
+from workflows import story
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
 
 log = logging.getLogger("retire-watcher")
@@ -403,6 +404,8 @@ class Reconciler:
                 id=wid,
                 task_queue=self.settings.task_queue,
                 search_attributes=initial_search_attributes(req),
+                static_summary=story.summary(req),
+                static_details=story.details(req),
             )
         except WorkflowAlreadyStartedError:
             self.metrics.refused.labels(reason="already-running").inc()

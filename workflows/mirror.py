@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from retirement.models import PublishInput, RetirementRequest, RetirementState
     from retirement.phases import Outcome, Phase
     from workflows.options import PUBLISH_SCHEDULE_TIMEOUT, PUBLISH_TIMEOUT, SHORT
+    from workflows.story import current
 
 SA_DEPLOYMENT = SearchAttributeKey.for_keyword("RetirementDeployment")
 SA_ROLE = SearchAttributeKey.for_keyword("RetirementRole")
@@ -100,7 +101,9 @@ class Mirror:
     def show(self, s: RetirementState, *, clear: bool = False) -> None:
         """Mirror ``s``: upsert the search attributes on a phase or outcome change; queue
         one snapshot per phase entered since the last call (each phase change is an Event),
-        or one for a changed outcome; ``clear`` marks the last one final."""
+        or one for a changed outcome; ``clear`` marks the last one final.  The UI's
+        current details follow every change (no history cost)."""
+        workflow.set_current_details(current(s, workflow.now()))
         if self._upserted != (s.phase, s.outcome):
             self._upserted = (s.phase, s.outcome)
             req = s.request

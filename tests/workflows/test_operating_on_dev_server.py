@@ -21,6 +21,7 @@ from retirement.phases import Outcome, Phase
 from testbed.paths import venv_bin
 from tests.helpers import eventually_async
 from tests.workflows.fakes import FakeWorld
+from workflows import story
 from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
 
@@ -52,6 +53,8 @@ async def start(client: Client, queue: str, **kw: Any) -> WorkflowHandle[Any, Re
         task_queue=queue,
         result_type=RetirementState,
         search_attributes=initial_search_attributes(req),
+        static_summary=story.summary(req),
+        static_details=story.details(req),
     )
 
 
@@ -219,3 +222,25 @@ async def test_restore_waits_for_a_cancelled_phase_activity_to_stop(
     assert st.restored is not None
     if how == "abort":
         await handle.cancel()
+
+
+async def test_the_ui_tells_the_story(running: tuple[Client, FakeWorld, str]) -> None:
+    """The workflow list shows what is retired; the details show what was asked; the
+    current details follow the phase, the readings and, when held, how to act."""
+    from temporalio.api.sdk.v1 import WorkflowMetadata
+
+    client, world, queue = running
+    world.behaviour["drain"] = "failed"
+    handle = await start(client, queue)
+    await until(handle, Phase.ABORTED, Outcome.ABORTED)
+    desc = await handle.describe()
+    summary = await desc.static_summary()
+    assert summary is not None and summary.startswith("retire ops/md-") and "server:1" in summary
+    details = await desc.static_details()
+    assert details is not None and "**Budgets** overall 300 s" in details
+    meta = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    now = meta.current_details
+    assert "**Aborted** (Aborted)" in now, now
+    assert "Held, replica kept and serving" in now and "retire retry ops/" in now, now
+    assert "drain failed" in now, now
+    await handle.cancel()
