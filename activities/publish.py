@@ -44,6 +44,9 @@ def publish(api: KubeApi, inp: PublishInput) -> None:
     """Write the status (a merge patch of the subresource: no lost update of other status
     fields) and emit the phase's Event once (a deterministic name makes retries no-ops)."""
     body: dict[str, Any] = {"status": {"retirement": retirement_status(inp)}}
+    if inp.last_consumed_retry_token:  # kept per role:ordinal, across retirements
+        key = f"{inp.role}:{inp.ordinal}"
+        body["status"]["retryTokens"] = {key: inp.last_consumed_retry_token}
     admitted_uid = inp.target.deployment_uid if inp.target is not None else ""
     if admitted_uid:  # only onto the deployment admitted, never one re-created since
         body["metadata"] = {"uid": admitted_uid}

@@ -69,6 +69,13 @@ class ModelDeployment:
     observed_generation: int | None = None
     resource_version: str = ""
     last_consumed_retry_token: str | None = None  # status.retirement's
+    #: ``status.retryTokens``: the last token consumed per ``role:ordinal``, kept across
+    #: retirements (a re-applied old annotation is a replay for the next one too).
+    retry_tokens: Mapping[str, str] = field(default_factory=dict)
+
+    def consumed_token(self, role: str, ordinal: int) -> str | None:
+        """The last retry token consumed for ``role:ordinal`` by any retirement."""
+        return self.retry_tokens.get(f"{role}:{ordinal}")
 
     def role(self, name: str) -> Role | None:
         """The declared role ``name``, or None (a departed role)."""
@@ -164,6 +171,12 @@ def parse_deployment(raw: Any) -> ModelDeployment:
     observed = status.get("observedGeneration")
     retirement = r.obj(status.get("retirement"), "status.retirement")
     token = retirement.get("lastConsumedRetryToken")
+    tokens = status.get("retryTokens")
+    kept = (
+        {str(k): v for k, v in tokens.items() if isinstance(v, str) and v}
+        if isinstance(tokens, dict)
+        else {}
+    )  # a malformed entry is not a token: never read as a replay of anything
     return ModelDeployment(
         namespace=namespace,
         name=name,
@@ -180,6 +193,7 @@ def parse_deployment(raw: Any) -> ModelDeployment:
             meta.get("resourceVersion"), "metadata.resourceVersion", default=""
         ),
         last_consumed_retry_token=token if isinstance(token, str) and token else None,
+        retry_tokens=kept,
     )
 
 

@@ -361,7 +361,7 @@ class Reconciler:
                 elif now < refusal.until:
                     continue
             try:
-                req = self._request(md.namespace, md.name, intent)
+                req = self._request(md, intent)
             except ValidationError as e:
                 reason = (
                     f"{intent.kind} {intent.role}:{intent.ordinal} cannot be requested: "
@@ -382,10 +382,10 @@ class Reconciler:
             return await self._start(req, intent)
         return None
 
-    def _request(self, ns: str, name: str, intent: Intent) -> RetirementRequest:
+    def _request(self, md: ModelDeployment, intent: Intent) -> RetirementRequest:
         return RetirementRequest(
-            namespace=ns,
-            deployment=name,
+            namespace=md.namespace,
+            deployment=md.name,
             role=intent.role,
             ordinal=intent.ordinal,
             intent=intent.kind,
@@ -393,6 +393,8 @@ class Reconciler:
             budgets=self.settings.budgets,
             routerless_policy=self.settings.routerless_policy,
             quiet_window_s=self.settings.quiet_window_s,
+            # The role:ordinal's last consumed token, from any earlier retirement.
+            last_consumed_retry_token=md.consumed_token(intent.role, intent.ordinal),
         )
 
     async def _start(self, req: RetirementRequest, intent: Intent) -> RetirementState | None:
@@ -458,7 +460,11 @@ class Reconciler:
                 f"no retirement of {ann.role}:{ann.ordinal} is running",
                 value,
             )
-        elif ann.token == last or ann.token == state.last_consumed_retry_token:
+        elif ann.token in (
+            last,
+            state.last_consumed_retry_token,
+            md.consumed_token(ann.role, ann.ordinal),
+        ):
             log.info("%s/%s: retry token %s is a replay: ignored", ns, name, ann.token)
         else:
             res = await self.temporal.get_workflow_handle(

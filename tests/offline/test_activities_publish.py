@@ -263,3 +263,14 @@ def test_a_not_found_event_post_is_not_taken_for_a_gone_deployment() -> None:
     with pytest.raises(ApplicationError) as info:
         publish(kube, snapshot())
     assert info.value.type == "NotFound" and info.value.non_retryable
+
+
+def test_the_consumed_token_is_kept_per_role_ordinal_across_retirements() -> None:
+    """``status.retryTokens`` outlives ``status.retirement``: cleared at the end of one
+    retirement, the token still makes a re-applied annotation a replay for the next."""
+    kube = cluster()
+    publish(kube, snapshot())
+    publish(kube, snapshot(clear=True))
+    st = status(kube)
+    assert st["retryTokens"] == {"server:1": "tok-1"}
+    assert st.get("retirement") is None

@@ -530,6 +530,31 @@ async def test_a_replayed_retry_token_is_not_delivered(w: World, where: str) -> 
     assert ANNOTATION_RETRY not in w.annotations()
 
 
+async def test_a_token_consumed_by_an_earlier_retirement_is_a_replay_for_the_next(
+    w: World,
+) -> None:
+    """A GitOps tool re-applies an old ``retirement-retry`` annotation: the token a
+    previous retirement of that role:ordinal consumed (``status.retryTokens``) is a
+    replay for the retirement that holds now, and a new retirement starts knowing it."""
+    status = {"retryTokens": {"server:2": "t-old"}}
+    add_md(w, replicas=2, annotations={ANNOTATION_RETRY: "server:2:t-old"}, status=status)
+    add_replicas(w, range(3))
+    held(w, last_consumed_retry_token=None)  # this retirement never consumed a token
+    await w.pass_()
+    assert w.updates() == []
+    assert ANNOTATION_RETRY not in w.annotations()
+
+
+async def test_a_new_retirement_starts_with_the_role_ordinals_consumed_token(
+    w: World,
+) -> None:
+    add_md(w, replicas=2, status={"retryTokens": {"server:2": "t-old", "server:9": 7}})
+    add_replicas(w, range(3))
+    await w.pass_()
+    [req] = w.starts()
+    assert (req.ordinal, req.last_consumed_retry_token) == (2, "t-old")
+
+
 async def test_the_annotation_clear_is_bound_to_the_version_read(w: World) -> None:
     """Another writer changes the deployment while the token is delivered: the clear is a
     Conflict (never a blind overwrite), the pass goes on, and the next pass sees the
