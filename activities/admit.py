@@ -7,7 +7,7 @@ from activities.oneshot import valid_path, valid_port, valid_scheme
 from kube.api import KubeApi
 from kube.deployment import MalformedDeployment, ModelDeployment, Role, parse_deployment
 from kube.errors import KubeError, NotFound
-from kube.objects import Container, Pod
+from kube.objects import Container, Pod, pod_ready
 from retirement.intents import intent_refusal
 from retirement.models import (
     Admission,
@@ -105,7 +105,13 @@ def _bind(api: KubeApi, inp: AdmitInput) -> Target:
         targets = pods
         measured = set(sel.measured)
     served = _served_ports(api, req.namespace)
-    bound = [_member(p, measured=p.name in measured, served=served.get(p.uid)) for p in targets]
+    # A replica none of whose members ever started serves nothing: it is retired, and its
+    # drain reads "never started" as long as that stays true (activities.drain).
+    never = all(not _started(p) for p in pods)
+    bound = [
+        _member(p, measured=p.name in measured, served=served.get(p.uid), never_started=never)
+        for p in targets
+    ]
     workload_name, workload_uid = _workload(api, req.namespace, {p.uid for p in pods})
     return Target(
         namespace=req.namespace,
@@ -190,16 +196,28 @@ def _served_ports(api: KubeApi, namespace: str) -> dict[str, int]:
     return {uid: port for uid, (_, port) in found.items()}
 
 
-def _member(p: Pod, *, measured: bool, served: int | None = None) -> MemberTarget:
+def _started(p: Pod) -> bool:
+    """Whether the engine ever ran (a container ID), or the Pod claims to be Ready (then
+    an absent container ID is an inconsistency, not proof that nothing runs)."""
+    status = p.container_status(ENGINE_CONTAINER)
+    return (status is not None and bool(status.container_id)) or pod_ready(p) == "True"
+
+
+def _member(
+    p: Pod, *, measured: bool, served: int | None = None, never_started: bool = False
+) -> MemberTarget:
     name = p.name
     main = p.container(ENGINE_CONTAINER)
     if main is None:
         raise Refusal(f"Pod {name} has no {ENGINE_CONTAINER!r} container")
     status = p.container_status(ENGINE_CONTAINER)
     container_id = status.container_id if status is not None else ""
-    if not container_id:
-        raise Refusal(f"container {ENGINE_CONTAINER} of {name} has no container ID (not started)")
-    if not p.pod_ip:
+    if not container_id and not never_started:
+        raise Refusal(
+            f"container {ENGINE_CONTAINER} of {name} has no container ID (not started) while "
+            "another member of the replica has started"
+        )
+    if not p.pod_ip and not never_started:
         raise Refusal(f"Pod {name} has no address")
     ann = p.annotations
     port = scheme = path = None
@@ -216,7 +234,7 @@ def _member(p: Pod, *, measured: bool, served: int | None = None) -> MemberTarge
         uid=p.uid,
         container_id=container_id,
         restart_count=status.restart_count if status is not None else 0,
-        ip=p.pod_ip,
+        ip=p.pod_ip or "",
         member_index=member_index(_as_member(p)),
         measured=measured,
         eligible_at_admission=labels.get(LABEL_ELIGIBLE) == "true",

@@ -78,6 +78,10 @@ def sample_member(api: KubeApi, target: Target, m: MemberTarget) -> Sample:
         before = identity(api, target, m)
     except KubeError as e:
         return unknown(f"read Pod failed: {_http(e)}")
+    if not m.container_id:  # admitted as never started: nothing ran, nothing to drain
+        if before.container_id:
+            raise Replaced(f"member {m.pod} started since admission")
+        return Sample(complete=True, reason="never started: nothing to drain")
     if before.container_id != m.container_id or before.restart_count != m.restart_count:
         return unknown("container main restarted since admission")
     stdout, error = exec_oneshot(api, target, m)
@@ -152,4 +156,5 @@ def _describe(s: Sample) -> str:
     if not s.complete:
         return f"UNKNOWN: {s.reason}"
     counters = ",".join(f"{c:g}" for c in s.counters)
-    return f"in_flight={s.in_flight:g} counters={counters}"
+    said = f" ({s.reason})" if s.reason else ""
+    return f"in_flight={s.in_flight:g} counters={counters}{said}"

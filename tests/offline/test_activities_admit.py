@@ -289,14 +289,12 @@ def test_admit_refuses_with_a_reason_and_touches_nothing(
     assert {k: v["metadata"]["resourceVersion"] for k, v in kube.pods.items()} == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug (SPEC section 3): a replica none of whose members ever started is to be "
-    "retired without a drain, saying so; admit() refuses it ('has no container ID')",
-)
 def test_admit_a_replica_that_never_started_is_not_refused() -> None:
+    """SPEC section 3: a replica none of whose members ever started serves nothing; it is
+    retired (its drain reads "never started"), not refused for ever."""
     admission = admit(cluster(replica(1, container_id=None, ready="False")))
     assert admission.target is not None, admission.refusal
+    assert admission.target.members[0].container_id == ""
 
 
 # ---------------------------------------------------------------- the intent, derived again

@@ -774,3 +774,19 @@ def test_a_declared_router_with_no_router_pod_holds(routers: Routers) -> None:
     assert obs.reason == (
         "withdrawal not confirmed: routers router vllm-router declared but no router Pod found"
     )
+
+
+def test_a_replica_that_never_started_drains_at_once_saying_so() -> None:
+    """SPEC section 3: nothing ever ran in it, so nothing is in flight; no exec is tried."""
+    kube, target = admitted(single(container_id=None, ready="False"))
+    obs = drain(kube, target)
+    assert obs.verdict is Verdict.VERIFIED, obs.reason
+    assert "never started" in " ".join(obs.readings.values()) + obs.reason
+    assert kube.called("exec_pod") == []
+
+
+def test_a_never_started_member_that_starts_meanwhile_fails_the_drain() -> None:
+    kube, target = admitted(single(container_id=None, ready="False"))
+    kube.add_pod(single(container_id="containerd://late", ready="True"))  # it started
+    obs = drain(kube, target)
+    assert obs.verdict is Verdict.FAILED and "started since admission" in obs.reason
