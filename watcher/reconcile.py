@@ -43,7 +43,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from kube.api import KubeApi
 from kube.deployment import MalformedDeployment, ModelDeployment, parse_deployment
-from kube.errors import KubeError
+from kube.errors import KubeError, NotFound
 from kube.events import MESSAGE_CAP, post_event
 from kube.members import LabelChange, set_eligibility
 from kube.objects import ObjectRef, Pod, pod_ready
@@ -139,6 +139,8 @@ class Reconciler:
     _examined: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     #: Per deployment, the failure message last posted as an Event (posted once each).
     _failures: dict[tuple[str, str], str] = field(default_factory=dict, init=False, repr=False)
+    #: Retirements of a deleted deployment already sent cancel-intent.
+    _orphans_told: set[str] = field(default_factory=set, init=False, repr=False)
 
     async def reconcile_all(self) -> PassResult:
         """One pass over every ModelDeployment (a malformed one is reported and skipped;
@@ -164,9 +166,40 @@ class Reconciler:
                     result.reconciled += 1
                     self._failures.pop((md.namespace, md.name), None)
             self._forget_except(seen)
+            try:
+                await self._end_orphaned(seen)
+            except Exception as e:  # the next pass tries again
+                self._failed(None, e, result)
         if result.healthy:
             self.metrics.last_healthy_pass.set_to_current_time()
         return result
+
+    async def _end_orphaned(self, seen: set[tuple[str, str]]) -> None:
+        """A running (or held) retirement whose ModelDeployment was deleted gets
+        cancel-intent: nothing is left to retire, and it would otherwise hold for ever (and
+        keep a re-created deployment of that name from retiring anything)."""
+        query = f"WorkflowType = '{RetirementWorkflow.__name__.removesuffix('Workflow')}' "
+        query += "AND ExecutionStatus = 'Running'"
+        async for wf in self.temporal.list_workflows(query):
+            kind, _, rest = wf.id.partition("/")
+            ns, _, name = rest.partition("/")
+            if kind != "retirement" or not ns or not name or (ns, name) in seen:
+                continue
+            if self.namespaces is not None and ns not in self.namespaces:
+                continue
+            if wf.id in self._orphans_told:
+                continue
+            try:  # listed before this pass began, or deleted since: read it to be sure
+                self.kube.get_deployment(namespace=ns, name=name)
+                continue
+            except NotFound:
+                pass
+            reason = f"the ModelDeployment {ns}/{name} was deleted"
+            await self.temporal.get_workflow_handle(wf.id).signal(
+                RetirementWorkflow.cancel_intent, CancelIntent(reason=reason)
+            )
+            self._orphans_told.add(wf.id)
+            log.info("%s: %s: cancel-intent sent", wf.id, reason)
 
     def _deployments(self) -> list[dict[str, Any]]:
         if self.namespaces is None:

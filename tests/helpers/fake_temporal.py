@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -123,6 +123,14 @@ class FakeHandle:
         return RetryResult(decision=str(decision), message=f"token {arg.token}: {decision}")
 
 
+@dataclass(frozen=True)
+class FakeListed:
+    """One entry of a visibility list."""
+
+    id: str
+    run_id: str
+
+
 class FakeTemporal:
     """In-memory workflows by ID (latest run last); see the module docstring."""
 
@@ -184,6 +192,21 @@ class FakeTemporal:
         return [c for c in self.calls if c.method == method]
 
     # ------------------------------------------------------------ the client surface
+
+    def list_workflows(self, query: str | None = None, **_: Any) -> AsyncIterator[FakeListed]:
+        """The running workflows (the reconcile asks only for those): a visibility list."""
+        self._record(TemporalCall("list_workflows", "", arg=query))
+        listed = [
+            FakeListed(id=wid, run_id=runs[-1].run_id)
+            for wid, runs in self.runs.items()
+            if runs[-1].status is WorkflowExecutionStatus.RUNNING
+        ]
+
+        async def each() -> AsyncIterator[FakeListed]:
+            for item in listed:
+                yield item
+
+        return each()
 
     def get_workflow_handle(
         self, workflow_id: str, *, run_id: str | None = None, **_: Any

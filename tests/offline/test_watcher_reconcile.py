@@ -1324,3 +1324,20 @@ async def test_live_retry_annotation_starts_a_fresh_attempt(live: Live) -> None:
     final = await end(live)
     assert final.outcome is Outcome.CAPACITY_RETAINED
     assert live.world.admissions == 2
+
+
+async def test_a_retirement_whose_deployment_was_deleted_gets_cancel_intent_once(
+    w: World,
+) -> None:
+    """SPEC section 3 ('deployment deleted'): the held retirement would otherwise hold for
+    ever, and a deployment re-created under that name could never retire anything."""
+    held(w)  # retirement/<ns>/<md>, its ModelDeployment never listed: deleted
+    add_md(w, "other", replicas=1)
+    add_replicas(w, [0, 1], deployment="other")  # ordinal 1 is still a count trim
+    w.temporal.running(request(1).model_copy(update={"deployment": "other"}))
+    await w.pass_()
+    [sig] = w.signals()
+    assert sig.name == "cancel_intent" and "was deleted" in sig.arg.reason
+    assert w.signals(workflow_id=f"retirement/{NS}/other") == []  # its deployment exists
+    await w.pass_()
+    assert len(w.signals()) == 1  # told once
