@@ -18,7 +18,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities import Kube
 from retirement.budgets import Budgets
-from retirement.models import IntentKind, RetirementState, workflow_id_for
+from retirement.models import AbortRequest, IntentKind, RetirementState, workflow_id_for
 from retirement.names import ANNOTATION_RETRY, GROUP, LABEL_ELIGIBLE, PLURAL, VERSION
 from retirement.phases import Outcome, Phase
 from testbed.bed import Bed
@@ -413,3 +413,25 @@ async def test_orphan_left_by_a_terminated_workflow_is_repaired(wctx: WatchCtx) 
         metrics = http.get(base + "/metrics").text
     assert 'retire_watcher_eligibility_changes_total{value="true"}' in metrics
     assert "retire_watcher_reconcile_seconds_count" in metrics
+
+
+async def test_a_held_retirement_ends_when_its_deployment_is_deleted(wctx: WatchCtx) -> None:
+    """The deployment is deleted while its retirement holds: the watcher finds the
+    retirement in Temporal's visibility (not among the listed deployments) and sends
+    cancel-intent, so it ends instead of holding for ever."""
+    name = "gone"
+    _victim, _hub = await held_victim(wctx, name, running=1)
+    wctx.watcher()
+    scale(wctx, name, 1)
+    await until_state(wctx, name, lambda st: st.phase is Phase.DRAINING)
+    h = wctx.client.get_workflow_handle(
+        workflow_id_for(namespace=wctx.ns, deployment=name), result_type=RetirementState
+    )
+    await h.execute_update(RetirementWorkflow.abort, AbortRequest(reason="oncall"))
+    await until_state(wctx, name, lambda st: st.outcome is Outcome.ABORTED)
+    client.CustomObjectsApi(wctx.bed.api_client()).delete_namespaced_custom_object(
+        GROUP, VERSION, wctx.ns, PLURAL, name
+    )
+    st: RetirementState = await asyncio.wait_for(h.result(), 60)
+    assert st.outcome is Outcome.CAPACITY_RETAINED, st.reasons
+    assert any("was deleted" in r for r in st.reasons), st.reasons
