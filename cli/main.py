@@ -19,10 +19,11 @@ import json
 import os
 import re
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
-from temporalio.client import RPCError, WorkflowUpdateFailedError
+from temporalio.client import Client, RPCError, WorkflowUpdateFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from connection.client import connect
@@ -39,8 +40,11 @@ from retirement.models import (
     workflow_id_for,
 )
 from workflows import story
+from workflows.mirror import SA_DEPLOYMENT, SA_ORDINAL, SA_OUTCOME, SA_PHASE, SA_ROLE
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
 
+#: A Kubernetes namespace name (``--in``).
+_K8S_NS = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 REF = re.compile(
     r"^(?P<ns>[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)/(?P<md>[a-z0-9]([-a-z0-9.]{0,251}"
     r"[a-z0-9])?)$"
@@ -67,6 +71,11 @@ def parser() -> argparse.ArgumentParser:
     add_connection_flags(p)
     add_task_queue_flag(p)
     sub = p.add_subparsers(dest="command", required=True)
+    ls = sub.add_parser("list", help="running and held retirements (Temporal visibility)")
+    ls.add_argument(
+        "--in", dest="scope", metavar="NAMESPACE", help="only this Kubernetes namespace"
+    )
+    ls.add_argument("--all", action="store_true", help="also the ones that ended")
     s = sub.add_parser("status")
     s.add_argument("ref")
     a = sub.add_parser("abort")
@@ -110,8 +119,54 @@ def parse_budgets(text: str) -> Budgets:
     return budgets
 
 
+#: The columns of ``retire list``.
+LIST_HEADER = ("DEPLOYMENT", "REPLICA", "PHASE", "OUTCOME", "AGE", "WORKFLOW")
+
+
+def list_query(*, everything: bool) -> str:
+    """The visibility query of ``retire list`` (the search attributes the UI filters on)."""
+    query = "WorkflowType = 'Retirement'"  # @workflow.defn(name="Retirement")
+    return query if everything else query + " AND ExecutionStatus = 'Running'"
+
+
+def _age(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 60:.0f}m" if seconds >= 120 else f"{seconds:.0f}s"
+
+
+async def list_retirements(client: Client, *, scope: str | None, everything: bool) -> int:
+    """Print one line per retirement, newest first."""
+    now = datetime.now(UTC)
+    rows: list[tuple[str, ...]] = []
+    async for wf in client.list_workflows(list_query(everything=everything)):
+        sa = wf.typed_search_attributes
+        deployment = sa.get(SA_DEPLOYMENT) or wf.id.removeprefix("retirement/")
+        if scope is not None and not deployment.startswith(f"{scope}/"):
+            continue
+        replica = f"{sa.get(SA_ROLE) or '?'}:{sa.get(SA_ORDINAL)}"
+        age = _age((now - wf.start_time).total_seconds()) if wf.start_time else "?"
+        rows.append(
+            (deployment, replica, sa.get(SA_PHASE) or "?", sa.get(SA_OUTCOME) or "?", age, wf.id)
+        )
+    widths = [max(len(r[i]) for r in [LIST_HEADER, *rows]) for i in range(len(LIST_HEADER))]
+    for row in [LIST_HEADER, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
 async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> int:
     """Execute one command; returns the exit code."""
+    if args.command == "list":
+        if args.scope is not None and not _K8S_NS.fullmatch(args.scope):
+            raise UsageError(f"--in {args.scope!r} is not a Kubernetes namespace name")
+        try:
+            return await list_retirements(
+                await connect(connection), scope=args.scope, everything=args.all
+            )
+        except RPCError as e:
+            print(f"retire: {e.status.name}: {e.message}", file=sys.stderr)
+            return 1
     ns, md = parse_ref(args.ref)
     wid = workflow_id_for(namespace=ns, deployment=md)
     if args.command == "abort":

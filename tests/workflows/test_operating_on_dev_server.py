@@ -244,3 +244,31 @@ async def test_the_ui_tells_the_story(running: tuple[Client, FakeWorld, str]) ->
     assert "Held, replica kept and serving" in now and "retire retry ops/" in now, now
     assert "drain failed" in now, now
     await handle.cancel()
+
+
+async def test_retire_list_shows_running_and_held_retirements(
+    dev_env: WorkflowEnvironment,
+    running: tuple[Client, FakeWorld, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``retire list``: one line per retirement from Temporal's visibility (the search
+    attributes the UI filters on): deployment, replica, phase, outcome, age."""
+    client, world, queue = running
+    world.behaviour["drain"] = "failed"
+    held = await start(client, queue)
+    await until(held, Phase.ABORTED, Outcome.ABORTED)
+    ref = held.id.removeprefix("retirement/")
+
+    async def listed() -> str | None:
+        assert await asyncio.to_thread(cli, dev_env, "list", "--in", "ops") == 0
+        out = capsys.readouterr().out
+        line = next((x for x in out.splitlines() if x.startswith(ref + " ")), None)
+        return line if line is not None and "Aborted  Aborted" in line else None
+
+    line = await eventually_async(listed, what="the held retirement listed", timeout=15)
+    assert line.split()[:4] == [ref, "server:1", "Aborted", "Aborted"], line
+    assert await asyncio.to_thread(cli, dev_env, "list", "--in", "elsewhere") == 0
+    assert ref not in capsys.readouterr().out
+    assert await asyncio.to_thread(cli, dev_env, "list", "--in", "Not_A_Namespace") == 2
+    assert "not a Kubernetes namespace" in capsys.readouterr().err
+    await held.cancel()
