@@ -429,8 +429,10 @@ async def test_a_held_retirement_ends_when_its_deployment_is_deleted(wctx: Watch
     )
     await h.execute_update(RetirementWorkflow.abort, AbortRequest(reason="oncall"))
     await until_state(wctx, name, lambda st: st.outcome is Outcome.ABORTED)
+    # Orphan the Pods: only the deployment's absence can end the retirement (with the Pods
+    # garbage-collected, the vanished intent would end it too, by another rule).
     client.CustomObjectsApi(wctx.bed.api_client()).delete_namespaced_custom_object(
-        GROUP, VERSION, wctx.ns, PLURAL, name
+        GROUP, VERSION, wctx.ns, PLURAL, name, propagation_policy="Orphan"
     )
     st: RetirementState = await asyncio.wait_for(h.result(), 60)
     assert st.outcome is Outcome.CAPACITY_RETAINED, st.reasons
