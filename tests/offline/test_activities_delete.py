@@ -26,6 +26,7 @@ from retirement.models import (
 )
 from retirement.phases import Verdict
 from tests.helpers import model_deployment
+from tests.helpers.activity_env import recording_env
 from tests.helpers.fake_kube import FakeKube, member_pod
 
 NS = "default"
@@ -84,20 +85,8 @@ def settle(
     heartbeats: list[Any] | None = None,
     on_beat: Any = None,
 ) -> Observation:
-    env = ActivityEnvironment()
     beats: list[Any] = [] if heartbeats is None else heartbeats
-
-    def beat(*details: Any) -> None:
-        # One heartbeat per poll: the polling loop may beat the same details again while
-        # it waits (so that a cancel reaches it); those repeats are not another poll.
-        for d in details:
-            if beats and d == beats[-1]:
-                continue
-            beats.append(d)
-            if on_beat is not None:
-                on_beat(len(beats))
-
-    env.on_heartbeat = beat
+    env = recording_env(beats, on_beat=on_beat)
     obs: Observation = env.run(RetirementActivities(kube).settle, phase(target, seconds))
     return obs
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import replace as dc_replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -39,6 +38,7 @@ from retirement.names import LABEL_ELIGIBLE, LABEL_ROUTER
 from retirement.phases import Verdict
 from retirement.readings import SERIES, Sample
 from tests.helpers import model_deployment
+from tests.helpers.activity_env import recording_env
 from tests.helpers.fake_kube import FakeKube, member_pod, oneshot_stdout
 
 NS = "default"
@@ -109,22 +109,8 @@ def drain(
     """Run the drain activity (by default with a 10 ms poll interval) until ``seconds``
     from now; ``heartbeats`` gets each round's heartbeat, and ``on_beat`` is called with
     the number of rounds heartbeated so far."""
-    env = ActivityEnvironment()
     beats: list[Any] = [] if heartbeats is None else heartbeats
-
-    def beat(*details: Any) -> None:
-        # One heartbeat per round: the polling loop may beat the same details again while
-        # it waits (so that a cancel reaches it); those repeats are not another round.
-        for d in details:
-            if beats and d == beats[-1]:
-                continue
-            beats.append(d)
-            if on_beat is not None:
-                on_beat(len(beats))
-
-    env.on_heartbeat = beat
-    if resume is not None:
-        env.info = dc_replace(env.info, attempt=2, heartbeat_details=resume)
+    env = recording_env(beats, on_beat=on_beat, resume=resume)
     inp = PhaseInput(
         target=target,
         deadline=datetime.now(UTC) + timedelta(seconds=seconds),

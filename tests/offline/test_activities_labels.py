@@ -35,6 +35,7 @@ from retirement.models import (
 from retirement.names import LABEL_ELIGIBLE
 from retirement.phases import Verdict
 from tests.helpers import eventually, model_deployment
+from tests.helpers.activity_env import recording_env
 from tests.helpers.fake_kube import FakeKube, member_pod
 
 NS = "default"
@@ -292,16 +293,8 @@ def restore(
     heartbeats: list[Any] | None = None,
     on_beat: Callable[[int], None] | None = None,
 ) -> RestoreResult:
-    env = ActivityEnvironment()
-
     beats: list[Any] = [] if heartbeats is None else heartbeats
-
-    def beat(*details: Any) -> None:
-        beats.extend(details)
-        if on_beat is not None:
-            on_beat(len(beats))
-
-    env.on_heartbeat = beat
+    env = recording_env(beats, on_beat=on_beat)
     result: RestoreResult = env.run(
         RetirementActivities(kube).restore, phase(target, seconds=seconds)
     )

@@ -8,7 +8,6 @@ removals it asked for."""
 
 from __future__ import annotations
 
-from dataclasses import replace as dc_replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -33,6 +32,7 @@ from retirement.models import (
 from retirement.names import LABEL_ELIGIBLE
 from retirement.phases import Verdict
 from tests.helpers import model_deployment
+from tests.helpers.activity_env import recording_env
 from tests.helpers.fake_kube import FakeKube, member_pod, oneshot_stdout
 
 NS = "default"
@@ -87,17 +87,8 @@ def withdraw(
     on_beat: Any = None,
     resume: list[Any] | None = None,
 ) -> Observation:
-    env = ActivityEnvironment()
     beats: list[Any] = [] if heartbeats is None else heartbeats
-
-    def beat(*details: Any) -> None:
-        beats.extend(details)
-        if on_beat is not None:
-            on_beat(len(beats))
-
-    env.on_heartbeat = beat
-    if resume is not None:
-        env.info = dc_replace(env.info, attempt=2, heartbeat_details=resume)
+    env = recording_env(beats, on_beat=on_beat, resume=resume)
     inp = PhaseInput(
         target=target,
         deadline=datetime.now(UTC) + timedelta(seconds=seconds),
