@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -101,23 +100,10 @@ async def run(streams: int, settle_s: float) -> dict[str, Any]:
         target = env.client.service_client.config.target_host
         with ThreadPoolExecutor(max_workers=8) as pool:
             async with build_worker(env.client, task_queue=queue, kube=kube, executor=pool):
-                watcher = Child(
-                    name="watcher",
-                    argv=[
-                        sys.executable,
-                        "-m",
-                        "watcher",
-                        "--kubeconfig",
-                        str(bed.cp.kubeconfig),
-                        "--address",
-                        target,
-                        "--task-queue",
-                        queue,
-                        "--watch-namespace",
-                        "product",
-                        "--resync",
-                        "1",
-                    ],
+                watcher = bed.watcher(
+                    address=target,
+                    task_queue=queue,
+                    watch_namespace="product",
                     log_path=bed.state_dir / "logs" / "watcher.log",
                 )
                 loads = {

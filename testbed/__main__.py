@@ -114,25 +114,12 @@ async def demo(args: argparse.Namespace) -> int:
         with ThreadPoolExecutor(max_workers=8) as pool:
             async with build_worker(tc, task_queue=cfg.task_queue, kube=kube, executor=pool):
                 say(f"worker on task queue {cfg.task_queue!r}")
-                watcher = Child(
-                    name="watcher",
-                    argv=[
-                        sys.executable,
-                        "-m",
-                        "watcher",
-                        "--kubeconfig",
-                        str(bed.cp.kubeconfig),
-                        "--address",
-                        cfg.address,
-                        "--namespace",
-                        cfg.namespace,
-                        "--task-queue",
-                        cfg.task_queue,
-                        "--watch-namespace",
-                        NS,
-                        "--resync",
-                        "2",
-                    ],
+                watcher = bed.watcher(
+                    address=cfg.address,
+                    task_queue=cfg.task_queue,
+                    watch_namespace=NS,
+                    resync_s=2,
+                    extra=("--namespace", cfg.namespace),
                     log_path=REPO_ROOT / ".bed" / "demo" / "logs" / "watcher.log",
                 )
                 say(f"watcher running (log: {watcher.log_path})")

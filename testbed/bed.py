@@ -113,6 +113,39 @@ class Bed:
 
         wait_until(f"namespace {name} default ServiceAccount", has_sa, timeout=30)
 
+    def watcher(
+        self,
+        *,
+        address: str,
+        task_queue: str,
+        watch_namespace: str,
+        log_path: Path,
+        resync_s: float = 1.0,
+        extra: tuple[str, ...] = (),
+        name: str = "watcher",
+    ) -> Child:
+        """Run the product's watcher (``python -m watcher``) against this bed's cluster."""
+        return Child(
+            name=name,
+            argv=[
+                sys.executable,
+                "-m",
+                "watcher",
+                "--kubeconfig",
+                str(self.cp.kubeconfig),
+                "--address",
+                address,
+                "--task-queue",
+                task_queue,
+                "--watch-namespace",
+                watch_namespace,
+                "--resync",
+                f"{resync_s:g}",
+                *extra,
+            ],
+            log_path=log_path,
+        )
+
     def operator(self, namespace: str, *, request_seconds: float = 1.0) -> StandInOperator:
         """Start a stand-in operator for ``namespace``."""
         op = StandInOperator(

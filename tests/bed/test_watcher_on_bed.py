@@ -4,7 +4,6 @@ cancel them, retry annotations are delivered, and it survives SIGKILL and failov
 from __future__ import annotations
 
 import asyncio
-import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -44,22 +43,11 @@ class WatchCtx(Ctx):
     watchers: list[Child] = field(default_factory=list)
 
     def watcher(self, *extra: str, name: str = "watcher") -> Child:
-        child = Child(
-            name=name,
-            argv=[
-                sys.executable,
-                "-m",
-                "watcher",
-                "--kubeconfig",
-                str(self.bed.cp.kubeconfig),
-                "--address",
-                self.target,
-                "--task-queue",
-                self.queue,
-                "--watch-namespace",
-                self.ns,
-                "--resync",
-                "1",
+        child = self.bed.watcher(
+            address=self.target,
+            task_queue=self.queue,
+            watch_namespace=self.ns,
+            extra=(
                 "--budgets",
                 BUDGETS,
                 "--routerless-policy",
@@ -67,7 +55,8 @@ class WatchCtx(Ctx):
                 "--quiet-window",
                 "0.5",
                 *extra,
-            ],
+            ),
+            name=name,
             log_path=self.bed.state_dir / "logs" / f"{name}-{self.ns}.log",
         )
         self.watchers.append(child)
