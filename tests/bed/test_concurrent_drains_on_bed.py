@@ -9,6 +9,7 @@ that borrowed the shared API client turned every later call into a websocket upg
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -62,6 +63,11 @@ async def fleet(bed: Bed, dev_env: WorkflowEnvironment, namespace: str) -> Async
             )
 
 
+#: Phases from Draining on (Aborted included: a retirement that never drained is reported).
+DRAINING_OR_LATER = {
+    p.value
+    for p in (Phase.DRAINING, Phase.DELETING, Phase.SETTLING, Phase.COMPLETED, Phase.ABORTED)
+}
 #: Outcomes a retirement shows once it ended or holds.
 DECIDED = {o.value for o in Outcome if o is not Outcome.RUNNING}
 
@@ -123,20 +129,23 @@ async def test_many_drains_at_once_on_one_worker_all_complete(fleet: Ctx) -> Non
     handles = await asyncio.gather(
         *(retire_routerless(ctx, n, budgets=budgets, quiet_s=0.5) for n in names)
     )
-    # Busy until every retirement is draining (each reads in-flight work), then idle.
-    await asyncio.gather(*(reached(h, SA_PHASE, {Phase.DRAINING.value}) for h in handles))
-    await asyncio.sleep(BUSY_S)
-    idle_at = time.time()
-    for pod in victims.values():
-        hub = op.hub_pod(pod.metadata.uid)
-        ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"clear": True})
-    # Each ends (completed) or holds (aborted: its result never comes): wait for either.
-    await asyncio.gather(*(reached(h, SA_OUTCOME, DECIDED) for h in handles))
-    results: list[RetirementState] = [await h.query(RetirementWorkflow.state) for h in handles]
-
-    for h, st in zip(handles, results, strict=True):
-        if st.outcome is Outcome.ABORTED:
-            await h.cancel()  # held: end it (its replica was restored)
+    try:
+        # Busy until every retirement is draining (each reads in-flight work), or has
+        # already aborted (reported below, not waited for), then idle.
+        await asyncio.gather(*(reached(h, SA_PHASE, DRAINING_OR_LATER) for h in handles))
+        await asyncio.sleep(BUSY_S)
+        idle_at = time.time()
+        for pod in victims.values():
+            hub = op.hub_pod(pod.metadata.uid)
+            ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"clear": True})
+        # Each ends (completed) or holds (aborted: its result never comes): wait for either.
+        await asyncio.gather(*(reached(h, SA_OUTCOME, DECIDED) for h in handles))
+        results: list[RetirementState] = [await h.query(RetirementWorkflow.state) for h in handles]
+    finally:
+        # End whatever still runs or holds, so no activity outlives the test's worker.
+        for h in handles:
+            with contextlib.suppress(Exception):
+                await h.cancel()
     failed = "\n".join(
         f"{n}: {st.outcome}: " + " | ".join(st.reasons[-4:])
         for n, st in zip(names, results, strict=True)
