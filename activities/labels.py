@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from urllib.parse import urlsplit
 
 import httpx
@@ -29,7 +30,8 @@ from activities.withdrawal import router_base, router_kind, router_pods, service
 from kube.api import KubeApi
 from kube.members import ELIGIBLE_VALUE, LabelChange, MemberGone, read_member, set_eligibility
 from kube.objects import Pod, pod_ready
-from retirement.models import MemberTarget, Observation, RestoreResult, Target
+from retirement.eligibility import label_refusal
+from retirement.models import IntentKind, MemberTarget, Observation, RestoreResult, Target
 from retirement.names import LABEL_ELIGIBLE
 from retirement.phases import Verdict
 
@@ -242,7 +244,10 @@ def restore_once(
     routers = _Routers(api, target, http, removals, {} if asked is None else asked)
     try:
         for m in target.members:
-            if m.pod in done or not (m.eligible_at_admission or m.measured):
+            # A surplus member goes back only if it had the label at admission: the restore
+            # never adds to routing a member nothing routed to (nor does the watcher).
+            answers = m.measured and target.intent is not IntentKind.SURPLUS_SHED
+            if m.pod in done or not (m.eligible_at_admission or answers):
                 continue
             pod = read_member(api, namespace=target.namespace, name=m.pod, uid=m.uid)
             if isinstance(pod, MemberGone):
@@ -250,18 +255,20 @@ def restore_once(
                 held.pop(m.pod, None)
                 continue
             ready = pod_ready(pod)
-            if ready != "True":  # not yet: evaluated again while held (it may recover)
-                held[m.pod] = f"PodReady is {ready}"
-                continue
             probed = [False]
             current = pod.labels.get(LABEL_ELIGIBLE)
+            # Not yet: evaluated again while held (it may recover).  The label goes back
+            # by the rule the watcher's repair also follows (retirement.eligibility).
+            refusal = (
+                label_refusal(ready=ready, group=group, probe=partial(_probe, target, m))
+                if current != ELIGIBLE_VALUE
+                else label_refusal(ready=ready, group=False, probe=None)
+            )
+            if refusal:
+                held[m.pod] = refusal
+                continue
             if current != ELIGIBLE_VALUE:
-                if group:
-                    probe = _probe(target, m)
-                    if probe:
-                        held[m.pod] = probe
-                        continue
-                    probed[0] = True
+                probed[0] = group
                 change = set_eligibility(
                     api,
                     namespace=target.namespace,

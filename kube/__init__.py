@@ -8,7 +8,7 @@
 - ``kube.deployment``: the typed ModelDeployment view, rejecting malformed objects;
 - ``kube.members``: UID-bound member operations (read, eligibility label, delete);
 - ``kube.events``: Events, posted once each;
-- ``kube.watching``: list+watch as a change trigger (the watcher).
+- ``kube.watching``: raw list and watch streams (the watcher's informers).
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """``python -m watcher``: turn removal intents into retirements, maintain eligibility.
 
-Runs level-based reconcile passes: one on every change seen by list+watch of
-ModelDeployments and Pods (resourceVersion, bookmarks, re-list on 410 Gone), and one at
-least every ``--resync`` seconds.  With ``--leader-elect`` a Kubernetes Lease elects one
-acting watcher among several; the others stand by and take over within the lease time.
+A controller (``watcher.controller``): informer caches of ModelDeployments and Pods fed
+by list+watch, a work queue of deployments, and a level-based reconcile of each
+deployment an event touched; every deployment again every ``--resync`` seconds, and the
+running retirements from Temporal's visibility every ``--refresh`` seconds.  With
+``--leader-elect`` a Kubernetes Lease elects one acting watcher among several; the others
+stand by and take over within the lease time.
 """
 
 from __future__ import annotations
@@ -27,62 +29,14 @@ from connection.errors import ConnectionConfigError
 from connection.flags import ConnectionFlags, add_connection_flags, add_task_queue_flag
 from connection.settings import resolve
 from kube.client import Kube
-from kube.watching import Resource, watch_changes
 from retirement.budgets import Budgets
 from retirement.models import RouterlessPolicy
+from watcher.controller import Controller
+from watcher.informer import KubeSource
 from watcher.metrics import Health, WatcherMetrics, serve_health
 from watcher.reconcile import Reconciler, WatcherSettings
 
 log = logging.getLogger("retire-watcher")
-
-
-def watch_forever(
-    kube: Kube,
-    kind: Resource,
-    trigger: threading.Event,
-    stop: threading.Event,
-    metrics: WatcherMetrics,
-) -> None:
-    """List+watch ``kind`` and set ``trigger`` on every change, until ``stop``."""
-    watch_changes(
-        kube,
-        kind,
-        on_change=trigger.set,
-        stop=stop,
-        on_restart=metrics.watch_restarts.labels(resource=kind).inc,
-    )
-
-
-async def act(
-    rec: Reconciler,
-    *,
-    resync: float,
-    stop: threading.Event,
-    health: Health,
-    trigger: threading.Event,
-) -> None:
-    """Reconcile on each trigger and at least every ``resync`` seconds, until ``stop``.
-
-    Readiness follows the passes: ready while a healthy pass (``PassResult.healthy``) ended
-    within the last three resync periods; a pass that raises, or one in which Temporal or
-    the API server answered for no deployment, does not count."""
-    health.standby = False
-    health.stale_after_s = 3 * resync
-    while not stop.is_set():
-        trigger.clear()
-        try:
-            result = await rec.reconcile_all()
-        except Exception as e:
-            log.warning("reconcile pass failed: %s", e)
-        else:
-            if result.healthy:
-                health.pass_healthy()
-            else:
-                log.warning(
-                    "reconcile pass: no deployment could be reconciled (%d unreachable)",
-                    result.unreachable,
-                )
-        await asyncio.to_thread(trigger.wait, resync)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -98,7 +52,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="reconcile only these Kubernetes namespaces (repeatable)",
     )
-    p.add_argument("--resync", type=float, default=5.0)
+    p.add_argument(
+        "--resync", type=float, default=60.0, help="seconds between full resyncs (a safety net)"
+    )
+    p.add_argument(
+        "--refresh",
+        type=float,
+        default=2.0,
+        help="seconds between visibility queries for the running retirements",
+    )
+    p.add_argument("--workers", type=int, default=4, help="concurrent reconciles")
     p.add_argument("--budgets", default="{}", help="JSON budgets for started retirements")
     p.add_argument("--routerless-policy", default="hold", choices=["hold", "quiet-window"])
     p.add_argument("--quiet-window", type=float, default=10.0)
@@ -109,8 +72,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lease-seconds", type=int, default=15)
     p.add_argument("--identity", default=f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}")
     a = p.parse_args(argv)
-    if a.resync <= 0 or a.lease_seconds < 3:
-        p.error("--resync must be positive and --lease-seconds at least 3")
+    if a.resync <= 0 or a.refresh <= 0 or a.workers < 1 or a.lease_seconds < 3:
+        p.error(
+            "--resync and --refresh must be positive, --workers at least 1 and "
+            "--lease-seconds at least 3"
+        )
     return a
 
 
@@ -133,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     host, _, port = a.health_address.rpartition(":")
     server = serve_health(metrics, health, host=host or "127.0.0.1", port=int(port or 0))
     print(f"health http://{host or '127.0.0.1'}:{server.server_port}", flush=True)
-    stop, trigger = threading.Event(), threading.Event()
+    stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
 
@@ -141,10 +107,6 @@ def main(argv: list[str] | None = None) -> int:
         health.standby = False  # acting now: ready once a pass ended healthy
         metrics.leader.set(1)
         log.info("%s: leading", a.identity)
-        for kind in ("pods", "modeldeployments"):
-            threading.Thread(
-                target=watch_forever, args=(kube, kind, trigger, stop, metrics), daemon=True
-            ).start()
 
         async def run() -> None:
             client = await connect_retrying(connection, stop=stop)
@@ -162,7 +124,15 @@ def main(argv: list[str] | None = None) -> int:
                     quiet_window_s=a.quiet_window,
                 ),
             )
-            await act(rec, resync=a.resync, stop=stop, health=health, trigger=trigger)
+            controller = Controller(
+                rec=rec,
+                source=KubeSource(kube),
+                health=health,
+                resync_s=a.resync,
+                refresh_s=a.refresh,
+                workers=a.workers,
+            )
+            await controller.run(stop)
 
         asyncio.run(run())
 

@@ -14,8 +14,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 @dataclass
 class WatcherMetrics:
-    """Intents seen, started, refused by reason, pending, backing off; watch restarts; pass
-    duration; deployments whose reconcile failed (by error type); the last healthy pass."""
+    """Intents seen, started, refused by reason, pending, backing off; watch restarts and
+    events; reconciles and their duration; Temporal RPCs by call; the queue's depth;
+    deployments whose reconcile failed (by error type); the last healthy pass."""
 
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
@@ -41,7 +42,25 @@ class WatcherMetrics:
             "retire_watcher_eligibility_changes", "Eligibility label changes", ["value"], registry=r
         )
         self.reconcile_seconds = Histogram(
-            "retire_watcher_reconcile_seconds", "Duration of one reconcile pass", registry=r
+            "retire_watcher_reconcile_seconds",
+            "Duration of one deployment's reconcile",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
+        self.reconciles = Counter(
+            "retire_watcher_reconciles", "Deployments reconciled successfully", registry=r
+        )
+        self.temporal_calls = Counter(
+            "retire_watcher_temporal_calls", "Temporal RPCs made, by call", ["call"], registry=r
+        )
+        self.watch_events = Counter(
+            "retire_watcher_watch_events",
+            "Watch events applied to the cache, by resource",
+            ["resource"],
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "retire_watcher_queue_depth", "Deployments waiting to be reconciled", registry=r
         )
         self.backing_off = Gauge(
             "retire_watcher_intents_backing_off",

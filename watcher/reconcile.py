@@ -48,6 +48,7 @@ from kube.events import MESSAGE_CAP, post_event
 from kube.members import LabelChange, set_eligibility
 from kube.objects import ObjectRef, Pod, pod_ready
 from retirement.budgets import Budgets
+from retirement.eligibility import label_refusal
 from retirement.intents import Intent, PodView, RoleSpec, derive_intents, intent_refusal
 from retirement.models import (
     CancelIntent,
@@ -73,7 +74,9 @@ from retirement.names import (
 from retirement.phases import Outcome, abortable
 from retirement.retry import parse_retry_annotation
 from retirement.shape import MemberPod, read_shape, select_members
+from watcher.fleet import Broken, Fleet, Key, decode_deployment
 from watcher.metrics import WatcherMetrics
+from watcher.running import RunningSet
 from workflows import story
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
 
@@ -95,8 +98,8 @@ class WatcherSettings:
 
 @dataclass
 class PassResult:
-    """What one pass did: deployments reconciled, failed, and failed because the API
-    server or Temporal could not be reached."""
+    """What reconciling some deployments did: reconciled, failed, and failed because the
+    API server or Temporal could not be reached."""
 
     reconciled: int = 0
     failed: int = 0
@@ -104,9 +107,9 @@ class PassResult:
 
     @property
     def healthy(self) -> bool:
-        """A pass is healthy unless nothing could be reconciled because the API server or
-        Temporal was unreachable (a deployment that fails on its own does not make the
-        watcher unready: it is reported on the object)."""
+        """Healthy unless nothing could be reconciled because the API server or Temporal
+        was unreachable (a deployment that fails on its own does not make the watcher
+        unready: it is reported on the object)."""
         return self.reconciled > 0 or self.unreachable == 0
 
 
@@ -123,9 +126,24 @@ class Refusal:
 RefusalKey = tuple[str, str, str, int]  # namespace, deployment, role, ordinal
 
 
+@dataclass(frozen=True)
+class Active:
+    """The replica a running (or held) retirement names: its members are left alone."""
+
+    role: str
+    ordinal: int
+    uids: tuple[str, ...] = ()  # the admitted member UIDs, once admission bound them
+
+    @classmethod
+    def of(cls, state: RetirementState) -> Active:
+        members = state.target.members if state.target is not None else []
+        return cls(state.request.role, state.request.ordinal, tuple(m.uid for m in members))
+
+
 @dataclass
 class Reconciler:
-    """The watcher's reconcile logic over one cluster and one Temporal namespace."""
+    """The watcher's reconcile of one deployment at a time, over the fleet cache
+    (``watcher.fleet``) and the cached running set (``watcher.running``)."""
 
     kube: KubeApi
     temporal: Client
@@ -133,73 +151,132 @@ class Reconciler:
     metrics: WatcherMetrics
     namespaces: list[str] | None = None  # None: every namespace
     clock: Callable[[], float] = time.monotonic  # for the refusal back-off
+    fleet: Fleet = field(default_factory=Fleet)
+    running: RunningSet = field(default_factory=RunningSet)
     #: Remembered refusals (in memory: a restarted watcher tries each intent once more).
     refusals: dict[RefusalKey, Refusal] = field(default_factory=dict, init=False, repr=False)
     #: Per workflow ID, the closed run already read (each ended run is read once).
     _examined: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     #: Per deployment, the failure message last posted as an Event (posted once each).
-    _failures: dict[tuple[str, str], str] = field(default_factory=dict, init=False, repr=False)
+    _failures: dict[Key, str] = field(default_factory=dict, init=False, repr=False)
     #: Retirements of a deleted deployment already sent cancel-intent.
     _orphans_told: set[str] = field(default_factory=set, init=False, repr=False)
 
+    def __post_init__(self) -> None:
+        if self.namespaces is not None and self.running.namespaces is None:
+            self.running.namespaces = frozenset(self.namespaces)
+
+    # ------------------------------------------------------------ entry points
+
     async def reconcile_all(self) -> PassResult:
-        """One pass over every ModelDeployment (a malformed one is reported and skipped;
-        one whose reconcile fails is reported and the others go on)."""
+        """A full pass from fresh listings: every ModelDeployment and its Pods are listed
+        into the cache, the running set is refreshed, then every deployment is reconciled.
+        The controller (``watcher.controller``) keeps the cache by list+watch instead and
+        reconciles only the deployments an event touched; this pass is for tests, tools
+        and a watcher run without informers."""
         result = PassResult()
-        with self.metrics.reconcile_seconds.time():
-            seen: set[tuple[str, str]] = set()
-            for raw in self._deployments():
-                try:
-                    md = parse_deployment(raw)
-                except MalformedDeployment as e:
-                    self._malformed(e)
-                    continue
-                except Exception as e:  # a decoding bug: this deployment only
-                    self._failed(_raw_ref(raw), e, result)
-                    continue
-                seen.add((md.namespace, md.name))
-                try:
-                    await self.reconcile(md)
-                except Exception as e:
-                    self._failed(md.ref, e, result)
-                else:
-                    result.reconciled += 1
-                    self._failures.pop((md.namespace, md.name), None)
-            self._forget_except(seen)
+        raws = self._deployments()
+        entries = [d for d in (decode_deployment(r) for r in raws) if d is not None]
+        for raw in raws:
+            if decode_deployment(raw) is None:  # cannot even be keyed: say so, skip it
+                self._malformed(_unkeyed(raw))
+        self.fleet.replace_deployments(entries)
+        pods: list[Pod] = []
+        unlisted: set[Key] = set()
+        for key, entry in entries:
+            if not isinstance(entry, ModelDeployment):
+                continue  # reported by its reconcile; nothing of it is read
             try:
-                await self._end_orphaned(seen)
-            except Exception as e:  # the next pass tries again
-                self._failed(None, e, result)
+                pods += self.kube.list_pods(
+                    namespace=key[0], selector=f"{LABEL_NAME}={APP_NAME},{LABEL_INSTANCE}={key[1]}"
+                )
+            except KubeError as e:  # this deployment only: not reconciled on a partial view
+                unlisted.add(key)
+                self._failed(_ref_of(key), e, result)
+        self.fleet.replace_pods(pods)
+        try:
+            await self.refresh_running()
+        except Exception as e:  # the reconciles below describe what they must
+            self._failed(None, e, result)
+        for key in sorted(self.fleet.known() | set(self.running.running)):
+            if key not in unlisted:
+                await self.reconcile_key(key, result)
         if result.healthy:
             self.metrics.last_healthy_pass.set_to_current_time()
         return result
 
-    async def _end_orphaned(self, seen: set[tuple[str, str]]) -> None:
-        """A running (or held) retirement whose ModelDeployment was deleted gets
-        cancel-intent: nothing is left to retire, and it would otherwise hold for ever (and
-        keep a re-created deployment of that name from retiring anything)."""
-        query = f"WorkflowType = '{RetirementWorkflow.__name__.removesuffix('Workflow')}' "
-        query += "AND ExecutionStatus = 'Running'"
-        async for wf in self.temporal.list_workflows(query):
-            kind, _, rest = wf.id.partition("/")
-            ns, _, name = rest.partition("/")
-            if kind != "retirement" or not ns or not name or (ns, name) in seen:
-                continue
-            if self.namespaces is not None and ns not in self.namespaces:
-                continue
-            if wf.id in self._orphans_told:
-                continue
-            try:  # listed before this pass began, or deleted since: read it to be sure
-                self.kube.get_deployment(namespace=ns, name=name)
-                continue
-            except NotFound:
-                pass
-            reason = f"the ModelDeployment {ns}/{name} was deleted"
-            await self.temporal.get_workflow_handle(wf.id).signal(
-                RetirementWorkflow.cancel_intent, CancelIntent(reason=reason)
-            )
-            self._orphans_told.add(wf.id)
-            log.info("%s: %s: cancel-intent sent", wf.id, reason)
+    async def refresh_running(self) -> set[Key]:
+        """Refresh the running set from visibility; the deployments to look at again."""
+        self.metrics.temporal_calls.labels(call="list_workflows").inc()
+        return await self.running.refresh(self.temporal)
+
+    async def reconcile_key(self, key: Key, result: PassResult | None = None) -> float | None:
+        """Reconcile the deployment ``key`` from the cache; whatever fails is reported
+        (``_failed``) and counted in ``result``.  Returns when to look at it again (a
+        refusal's back-off ending), None when only a change needs to bring it back."""
+        result = result if result is not None else PassResult()
+        entry = self.fleet.deployment(key)
+        with self.metrics.reconcile_seconds.time():
+            try:
+                if entry is None:
+                    await self._gone(key)
+                elif isinstance(entry, MalformedDeployment):
+                    self._malformed(entry)
+                    return None
+                elif isinstance(entry, Broken):
+                    raise entry.error
+                else:
+                    await self.reconcile(entry, self.fleet.pods_of(key))
+            except Exception as e:
+                self._failed(_ref_of(key), e, result)
+                return None
+        result.reconciled += 1
+        self._failures.pop(key, None)
+        self.metrics.reconciles.inc()
+        return self._next_look(key)
+
+    def _next_look(self, key: Key) -> float | None:
+        """Seconds until the earliest refusal of ``key`` stops backing off."""
+        now = self.clock()
+        waits = [r.until - now for k, r in self.refusals.items() if k[:2] == key]
+        return max(0.0, min(waits)) if waits else None
+
+    async def _gone(self, key: Key) -> None:
+        """The deployment ``key`` is not (or no longer) listed: forget it, and tell a
+        retirement of it that still runs that there is nothing left to retire (it would
+        otherwise hold for ever, and keep a re-created deployment of that name from
+        retiring anything)."""
+        ns, name = key
+        wid = workflow_id_for(namespace=ns, deployment=name)
+        for k in [k for k in self.refusals if k[:2] == key]:
+            del self.refusals[k]
+        self._examined.pop(wid, None)
+        self._failures.pop(key, None)
+        if not self.running.may_run(key) or wid in self._orphans_told:
+            return
+        self.metrics.temporal_calls.labels(call="describe").inc()
+        try:
+            desc = await self.temporal.get_workflow_handle(wid).describe()
+        except RPCError as e:
+            if e.status is not RPCStatusCode.NOT_FOUND:
+                raise
+            self.running.forget(key)
+            return
+        if desc.status is not WorkflowExecutionStatus.RUNNING:
+            self.running.forget(key)
+            return
+        try:  # the cache may lag behind a re-creation: read it to be sure
+            self.kube.get_deployment(namespace=ns, name=name)
+            return
+        except NotFound:
+            pass
+        reason = f"the ModelDeployment {ns}/{name} was deleted"
+        self.metrics.temporal_calls.labels(call="signal").inc()
+        await self.temporal.get_workflow_handle(wid).signal(
+            RetirementWorkflow.cancel_intent, CancelIntent(reason=reason)
+        )
+        self._orphans_told.add(wid)
+        log.info("%s: %s: cancel-intent sent", wid, reason)
 
     def _deployments(self) -> list[dict[str, Any]]:
         if self.namespaces is None:
@@ -239,21 +316,15 @@ class Reconciler:
             return
         self._failures[key] = message
 
-    def _forget_except(self, seen: set[tuple[str, str]]) -> None:
-        """Forget what was remembered of deployments no longer listed."""
-        for key in [k for k in self.refusals if (k[0], k[1]) not in seen]:
-            del self.refusals[key]
-        wids = {workflow_id_for(namespace=ns, deployment=name) for ns, name in seen}
-        for wid in [w for w in self._examined if w not in wids]:
-            del self._examined[wid]
-        for dep in [d for d in self._failures if d not in seen]:
-            del self._failures[dep]
-
     def _malformed(self, e: MalformedDeployment) -> None:
         """Touch nothing of a deployment that cannot be read; say why, once per reason."""
-        log.warning("%s: skipped", e)
         if not e.name or not e.namespace:
+            log.warning("%s: skipped", e)
             return
+        key = (e.namespace, e.name)
+        if self._failures.get(key) == e.reason:
+            return
+        log.warning("%s: skipped", e)
         about = ObjectRef(
             api_version=f"{GROUP}/{VERSION}",
             kind=KIND,
@@ -265,43 +336,50 @@ class Reconciler:
             self._event(about, "DeploymentInvalid", f"not reconciled: {e.reason}", e.reason)
         except KubeError as err:
             log.warning("event for %s/%s: %s", e.namespace, e.name, err)
+            return
+        self._failures[key] = e.reason
 
-    async def reconcile(self, md: ModelDeployment) -> None:
-        """One pass over one deployment."""
+    async def reconcile(self, md: ModelDeployment, pods: list[Pod]) -> None:
+        """Reconcile one deployment, given its Pods."""
         ns, name = md.namespace, md.name
-        pods = self.kube.list_pods(
-            namespace=ns, selector=f"{LABEL_NAME}={APP_NAME},{LABEL_INSTANCE}={name}"
-        )
+        key = (ns, name)
         roles = [RoleSpec(name=r.name, replicas=r.replicas, size=r.size) for r in md.roles]
         intents = derive_intents(roles, [_view(p) for p in pods])
         self.metrics.intents_seen.inc(len(intents))
         wid = workflow_id_for(namespace=ns, deployment=name)
-        state = await self._running_state(wid, md, pods)
+        state = await self._running_state(key, wid, md, pods)
         await self._retry_annotation(md, state)
+        active: Active | None = None
         if state is not None:
             await self._cancel_if_vanished(wid, md, pods, state)
+            active = Active.of(state)
         else:
-            state = await self._start_next(md, pods, intents)
+            active = await self._start_next(md, pods, intents)
         backing_off = self._prune_refusals(md, intents)
         dep = f"{ns}/{name}"
         self.metrics.pending.labels(deployment=dep).set(
-            max(0, len(intents) - (1 if state is not None else 0))
+            max(0, len(intents) - (1 if active is not None else 0))
         )
         self.metrics.backing_off.labels(deployment=dep).set(backing_off)
-        self._maintain_eligibility(md, pods, state)
+        await self._maintain_eligibility(md, pods, active, asked=self.running.may_run(key))
 
     # ------------------------------------------------------------ Temporal
 
     async def _running_state(
-        self, wid: str, md: ModelDeployment, pods: list[Pod]
+        self, key: Key, wid: str, md: ModelDeployment, pods: list[Pod]
     ) -> RetirementState | None:
-        """The state of the running retirement, or None; a run that ended since the last
-        pass is read once (``_examine``)."""
+        """The state of the running retirement, or None.  Temporal is asked only when the
+        running set says one may run; a run that ended since it was last looked at is read
+        once (``_examine``)."""
+        if not self.running.may_run(key):
+            return None
         handle = self.temporal.get_workflow_handle(wid)
+        self.metrics.temporal_calls.labels(call="describe").inc()
         try:
             desc = await handle.describe()
         except RPCError as e:
             if e.status is RPCStatusCode.NOT_FOUND:
+                self.running.not_running(key)
                 return None
             raise
         if desc.status is not WorkflowExecutionStatus.RUNNING:
@@ -310,7 +388,10 @@ class Reconciler:
                 and self._examined.get(wid) != desc.run_id
             ):
                 await self._examine(wid, desc.run_id, md, pods)
+            self.running.not_running(key)
             return None
+        self.running.started(key, wid)
+        self.metrics.temporal_calls.labels(call="query").inc()
         state: RetirementState = await handle.query(RetirementWorkflow.state)
         return state
 
@@ -318,6 +399,7 @@ class Reconciler:
         """Read how the ended run ``run_id`` ended: remember a refusal, forget one of the
         same intent otherwise."""
         handle = self.temporal.get_workflow_handle(wid, run_id=run_id, result_type=RetirementState)
+        self.metrics.temporal_calls.labels(call="result").inc()
         try:
             final: RetirementState = await handle.result(
                 follow_runs=False, rpc_timeout=timedelta(seconds=10)
@@ -379,7 +461,7 @@ class Reconciler:
 
     async def _start_next(
         self, md: ModelDeployment, pods: list[Pod], intents: list[Intent]
-    ) -> RetirementState | None:
+    ) -> Active | None:
         """Start the first intent that is not backing off after a refusal."""
         now = self.clock()
         for intent in intents:
@@ -430,10 +512,12 @@ class Reconciler:
             last_consumed_retry_token=md.consumed_token(intent.role, intent.ordinal),
         )
 
-    async def _start(self, req: RetirementRequest, intent: Intent) -> RetirementState | None:
+    async def _start(self, req: RetirementRequest, intent: Intent) -> Active | None:
         wid = workflow_id_for(namespace=req.namespace, deployment=req.deployment)
+        key = (req.namespace, req.deployment)
+        self.metrics.temporal_calls.labels(call="start_workflow").inc()
         try:
-            handle = await self.temporal.start_workflow(
+            await self.temporal.start_workflow(
                 RetirementWorkflow.run,
                 req,
                 id=wid,
@@ -443,6 +527,7 @@ class Reconciler:
                 static_details=story.details(req),
             )
         except WorkflowAlreadyStartedError:
+            self.running.started(key, wid)  # the next reconcile reads it
             self.metrics.refused.labels(reason="already-running").inc()
             log.info(
                 "%s: a retirement is already running; %s %s:%d stays pending",
@@ -452,12 +537,12 @@ class Reconciler:
                 intent.ordinal,
             )
             return None
+        self.running.started(key, wid)
         self.metrics.started.inc()
         log.info(
             "%s: started retirement of %s %s:%d", wid, intent.kind, intent.role, intent.ordinal
         )
-        state: RetirementState = await handle.query(RetirementWorkflow.state)
-        return state
+        return Active(role=req.role, ordinal=req.ordinal)
 
     async def _cancel_if_vanished(
         self, wid: str, md: ModelDeployment, pods: list[Pod], state: RetirementState
@@ -470,6 +555,7 @@ class Reconciler:
         reason = _vanished(md, pods, state)
         if not reason:
             return
+        self.metrics.temporal_calls.labels(call="signal").inc()
         await self.temporal.get_workflow_handle(wid).signal(
             RetirementWorkflow.cancel_intent, CancelIntent(reason=reason[:256])
         )
@@ -500,6 +586,7 @@ class Reconciler:
         ):
             log.info("%s/%s: retry token %s is a replay: ignored", ns, name, ann.token)
         else:
+            self.metrics.temporal_calls.labels(call="execute_update").inc()
             res = await self.temporal.get_workflow_handle(
                 workflow_id_for(namespace=ns, deployment=name)
             ).execute_update(RetirementWorkflow.retry, RetryRequest(token=ann.token))
@@ -533,19 +620,28 @@ class Reconciler:
             warning=warning or "Invalid" in reason,
         )
 
-    def _maintain_eligibility(
-        self, md: ModelDeployment, pods: list[Pod], state: RetirementState | None
+    async def _maintain_eligibility(
+        self, md: ModelDeployment, pods: list[Pod], active: Active | None, *, asked: bool
     ) -> None:
+        """Repair the label of members no active retirement names: off a member that should
+        not serve; on a member that should, by the restore's rule
+        (``retirement.eligibility``): never on a group member, which needs the identity
+        probe the watcher cannot run.
+
+        The running set is a cached hint: before putting a label on, the watcher asks
+        Temporal itself whether a retirement of the deployment runs (unless this reconcile
+        already did, ``asked``), so a retirement started a moment ago by someone else, not
+        yet visible, never sees a member it disqualified labelled again."""
         protected: set[str] = set()
-        if state is not None:
-            protected |= {m.uid for m in (state.target.members if state.target else [])}
-            req = state.request
+        if active is not None:
+            protected |= set(active.uids)
             protected |= {
                 p.uid
                 for p in pods
-                if p.labels.get(LABEL_COMPONENT) == req.role
-                and p.labels.get(LABEL_ORDINAL) == str(req.ordinal)
+                if p.labels.get(LABEL_COMPONENT) == active.role
+                and p.labels.get(LABEL_ORDINAL) == str(active.ordinal)
             }
+        adds: list[tuple[Pod, str | None]] = []
         groups: dict[tuple[str, str], list[Pod]] = {}
         for p in pods:
             if not p.terminating:
@@ -575,10 +671,36 @@ class Reconciler:
             for p in members:
                 if p.uid in protected:
                     continue
-                should = p.name in sel.measured and pod_ready(p) == "True"
                 current = p.labels.get(LABEL_ELIGIBLE)
-                if should != (current == "true"):
-                    self._set_label(p, should, current)
+                ready = pod_ready(p)
+                if current == "true":
+                    if p.name not in sel.measured or ready != "True":
+                        self._set_label(p, False, current)
+                elif p.name in sel.measured and not label_refusal(
+                    ready=ready, group=role.size > 1, probe=None
+                ):
+                    adds.append((p, current))
+        if adds and not asked and not await self._nothing_runs(md):
+            return  # a retirement runs: the next reconcile reads what it protects
+        for p, current in adds:
+            self._set_label(p, True, current)
+
+    async def _nothing_runs(self, md: ModelDeployment) -> bool:
+        """Whether Temporal says no retirement of ``md`` runs (a running one is put in the
+        running set, so the next reconcile reads its state)."""
+        key = (md.namespace, md.name)
+        wid = workflow_id_for(namespace=md.namespace, deployment=md.name)
+        self.metrics.temporal_calls.labels(call="describe").inc()
+        try:
+            desc = await self.temporal.get_workflow_handle(wid).describe()
+        except RPCError as e:
+            if e.status is RPCStatusCode.NOT_FOUND:
+                return True
+            raise
+        if desc.status is WorkflowExecutionStatus.RUNNING:
+            self.running.started(key, wid)
+            return False
+        return True
 
     def _set_label(self, pod: Pod, on: bool, current: str | None) -> None:
         """Bound to the UID and the value just read; a Pod that changed meanwhile is left
@@ -671,18 +793,19 @@ def _validation_text(e: ValidationError) -> str:
     )
 
 
-def _raw_ref(raw: Any) -> ObjectRef | None:
-    """The ModelDeployment ``raw`` as an Event's object, when its metadata can be read."""
-    meta = raw.get("metadata") if isinstance(raw, dict) else None
-    if not isinstance(meta, dict):
-        return None
-    ns, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
-    if not isinstance(ns, str) or not isinstance(name, str):
-        return None
+def _ref_of(key: Key) -> ObjectRef:
+    """The ModelDeployment ``key`` as an Event's object (the UID is optional)."""
     return ObjectRef(
-        api_version=f"{GROUP}/{VERSION}",
-        kind=KIND,
-        namespace=ns,
-        name=name,
-        uid=uid if isinstance(uid, str) else "",
+        api_version=f"{GROUP}/{VERSION}", kind=KIND, namespace=key[0], name=key[1], uid=""
     )
+
+
+def _unkeyed(raw: Any) -> MalformedDeployment:
+    """Why a listed object cannot even be keyed (no namespace or name)."""
+    try:
+        parse_deployment(raw)
+    except MalformedDeployment as e:
+        return e
+    except Exception as e:
+        return MalformedDeployment(f"cannot be decoded: {type(e).__name__}")
+    return MalformedDeployment("metadata.namespace is missing")
