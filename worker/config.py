@@ -37,6 +37,14 @@ class WorkerConfig:
         )
 
 
+#: Activity slots of one worker.  Every polling phase holds a slot for its whole length
+#: (a drain of a long generation: minutes), and a retirement holds at most two at once, so
+#: this carries 256 retirements at a time.  A slot is a thread that mostly waits (512 idle
+#: threads cost about 8 MB of RSS, measured); the worker benchmark (``make bench``) shows
+#: what a busy fleet costs.
+DEFAULT_MAX_ACTIVITIES = 512
+
+
 def parser(*, environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParser:
     """The worker's flags (worker defaults from KUBECONFIG and RETIRE_MAX_ACTIVITIES)."""
     p = argparse.ArgumentParser(
@@ -52,6 +60,8 @@ def parser(*, environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParse
     p.add_argument(
         "--max-concurrent-activities",
         type=int,
-        default=int(environ.get("RETIRE_MAX_ACTIVITIES", "64")),
+        default=int(environ.get("RETIRE_MAX_ACTIVITIES", str(DEFAULT_MAX_ACTIVITIES))),
+        help="activity slots, one thread each (a retirement holds at most two at once: its "
+        f"phase and a status publish); default {DEFAULT_MAX_ACTIVITIES}",
     )
     return p
