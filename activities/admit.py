@@ -1,5 +1,25 @@
 """Admission: read the ModelDeployment and the replica's Pods live and bind the target
-(SPEC section 3), or refuse with a reason a person can act on.  A refusal touches nothing."""
+(SPEC section 3), or refuse with a reason a person can act on.  A refusal touches nothing.
+
+Which members are measured (read during the drain) is decided by the member-selection rule
+of ``retirement.shape`` for every intent, never by the eligibility label: a whole replica
+by ``select_members``, the members of a surplus shed by ``select_surplus`` (each read as
+what its own member index makes it).
+
+Never started: a Pod whose ``main`` container has no container ID (the kubelet sets one
+when it creates the container, and keeps it across restarts) and that is not
+``Ready=True`` (Ready without a container ID is an inconsistency, not proof that nothing
+runs).  Nothing ever ran in it, so it never served and has nothing in flight.  Not Ready
+now, or no eligibility label now, is not used: neither says what a member did before (a
+member that served may have lost both).
+Such a member is bound with no container ID: the drain then reads it without an exec,
+"never started: nothing to drain", and fails if it has started since
+(``activities.drain.sample_member``).  A whole replica is bound so only when none of its
+members ever started; a surplus member is judged on its own (it is retired on its own):
+one that never started is bound so and measured (its reading is that proof), one that
+started is measured only if the rule says it answers.  Everything else (disqualify,
+withdrawal, the drain rule, delete) is the same path.
+"""
 
 from __future__ import annotations
 
@@ -30,7 +50,7 @@ from retirement.names import (
     LABEL_ROLE_KIND,
 )
 from retirement.readings import SERIES
-from retirement.shape import MemberPod, member_index, read_shape, select_members
+from retirement.shape import MemberPod, member_index, read_shape, select_members, select_surplus
 
 
 class Refusal(Exception):
@@ -89,27 +109,37 @@ def _bind(api: KubeApi, inp: AdmitInput) -> Target:
         extra_args = list(main.args) if main is not None else []
         cmd = None
     shape = read_shape(engine=engine, role_kind=kind, size=size, extra_args=extra_args, command=cmd)
-    members = [_as_member(p) for p in pods]
     if req.intent is IntentKind.SURPLUS_SHED:
         named = set(req.members)
         targets = [p for p in pods if p.name in named]
         if not named or len(targets) != len(named):
             raise Refusal(f"surplus members {sorted(named)} are not all Pods of the replica")
-        measured = {p.name for p in targets if p.labels.get(LABEL_ELIGIBLE) == "true"}
-        if not shape.supported:
-            raise Refusal(f"shape {shape.shape}: {shape.reason}")
+        # Each surplus member is retired on its own: one that never started serves nothing
+        # and is measured only to read so; the others answer by the member-selection rule.
+        never = {p.name for p in targets if not _started(p)}
+        sel = select_surplus(
+            shape=shape, surplus=[_as_member(p) for p in targets if p.name not in never]
+        )
+        if not sel.ok:
+            raise Refusal(sel.refusal)
+        measured = set(sel.measured) | never
     else:
-        sel = select_members(shape=shape, size=size, members=members)
+        sel = select_members(shape=shape, size=size, members=[_as_member(p) for p in pods])
         if not sel.ok:
             raise Refusal(sel.refusal)
         targets = pods
         measured = set(sel.measured)
+        # A replica none of whose members ever started serves nothing: it is retired, and
+        # its drain reads "never started" as long as that stays true (activities.drain).
+        never = {p.name for p in pods} if all(not _started(p) for p in pods) else set()
     served = _served_ports(api, req.namespace)
-    # A replica none of whose members ever started serves nothing: it is retired, and its
-    # drain reads "never started" as long as that stays true (activities.drain).
-    never = all(not _started(p) for p in pods)
     bound = [
-        _member(p, measured=p.name in measured, served=served.get(p.uid), never_started=never)
+        _member(
+            p,
+            measured=p.name in measured,
+            served=served.get(p.uid),
+            never_started=p.name in never,
+        )
         for p in targets
     ]
     workload_name, workload_uid = _workload(api, req.namespace, {p.uid for p in pods})
@@ -198,7 +228,8 @@ def _served_ports(api: KubeApi, namespace: str) -> dict[str, int]:
 
 def _started(p: Pod) -> bool:
     """Whether the engine ever ran (a container ID), or the Pod claims to be Ready (then
-    an absent container ID is an inconsistency, not proof that nothing runs)."""
+    an absent container ID is an inconsistency, not proof that nothing runs).  Not started
+    is "never started" in the module's sense."""
     status = p.container_status(ENGINE_CONTAINER)
     return (status is not None and bool(status.container_id)) or pod_ready(p) == "True"
 
@@ -213,15 +244,19 @@ def _member(
     status = p.container_status(ENGINE_CONTAINER)
     container_id = status.container_id if status is not None else ""
     if not container_id and not never_started:
+        why = (
+            "the Pod is Ready"
+            if pod_ready(p) == "True"
+            else "another member of the replica has started"
+        )
         raise Refusal(
-            f"container {ENGINE_CONTAINER} of {name} has no container ID (not started) while "
-            "another member of the replica has started"
+            f"container {ENGINE_CONTAINER} of {name} has no container ID (not started) while {why}"
         )
     if not p.pod_ip and not never_started:
         raise Refusal(f"Pod {name} has no address")
     ann = p.annotations
     port = scheme = path = None
-    if measured:
+    if measured and not never_started:  # a member that never started is never exec'd into
         try:
             port = valid_port(ann.get(ANNOTATION_PROM_PORT))
             scheme = valid_scheme(ann.get(ANNOTATION_PROM_SCHEME))

@@ -6,6 +6,7 @@ as an ``ApplicationError`` whose type and retryability the retry policies rely o
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -13,10 +14,22 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities import RetirementActivities
+from kube.api import ExecResult
 from kube.errors import Forbidden, KubeError, NotFound, Unavailable
-from retirement.models import Admission, AdmitInput, IntentKind, RetirementRequest
+from retirement.models import (
+    Admission,
+    AdmitInput,
+    IntentKind,
+    Observation,
+    PhaseInput,
+    RestoreResult,
+    RetirementRequest,
+    Target,
+)
+from retirement.names import LABEL_ELIGIBLE
+from retirement.phases import Verdict
 from tests.helpers import model_deployment, role
-from tests.helpers.fake_kube import FakeKube, member_pod
+from tests.helpers.fake_kube import FakeKube, member_pod, oneshot_stdout
 
 NS = "default"
 MD = "llm"
@@ -156,10 +169,12 @@ def test_admit_a_surplus_shed_binds_only_the_named_members() -> None:
     t = admission.target
     assert t is not None, admission.refusal
     [m] = t.members
+    # Measured by the member-selection rule (the one member at size one answers), whether
+    # or not it carries the eligibility label.
     assert (m.pod, m.uid, m.measured, m.eligible_at_admission) == (
         "llm-1-b",
         "uid-b",
-        False,
+        True,
         False,
     )
 
@@ -456,3 +471,215 @@ def test_the_serving_port_is_the_one_a_service_routes_to() -> None:
     kube.fail("list_namespace_endpoint_slices", Unavailable("list EndpointSlices", status=503))
     t = admit(kube).target
     assert t is not None and t.members[0].serve_port == 8000  # the declared port
+
+
+# ---------------------------------------------------------------- surplus sheds (issue 9)
+#
+# A surplus member is measured by the member-selection rule (``retirement.shape``), not by
+# its eligibility label: a member without the label still answers (and may still have
+# requests in flight, through a per-replica headless Service or a client that kept its
+# address).  A surplus member that never started is retired without a drain read.
+
+
+def surplus_group(
+    *pods: dict[str, Any], size: int = 1, extra_args: list[str] | None = None
+) -> FakeKube:
+    """Replica 1 of a deployment of 2 replicas of ``size`` members, with ``pods``."""
+    md = model_deployment(MD, namespace=NS, replicas=2, size=size, extra_args=extra_args)
+    return cluster(*pods, md=md)
+
+
+def pod_of_1(name: str, i: int, member: int | None = None, **kw: Any) -> dict[str, Any]:
+    """A member Pod of replica 1 (a fresh UID and address per ``i``)."""
+    kw.setdefault("uid", f"uid-{name}")
+    kw.setdefault("ip", f"198.18.1.{20 + i}")
+    return member_pod(name, deployment=MD, ordinal=1, member=member, **kw)
+
+
+def never_started(name: str, i: int, member: int | None = None, **kw: Any) -> dict[str, Any]:
+    """A Pod whose engine never started: Pending (no container ID, not Ready, no address,
+    never labelled)."""
+    pod = pod_of_1(name, i, member, container_id=None, ready="False", eligible=False, **kw)
+    del pod["status"]["podIP"]
+    return pod
+
+
+def shed(kube: FakeKube, *members: str) -> Admission:
+    return admit(kube, intent=IntentKind.SURPLUS_SHED, members=list(members))
+
+
+def disqualified_drain(kube: FakeKube, target: Target, *, seconds: float = 3.0) -> Observation:
+    """Disqualify, then drain (10 ms polls) until ``seconds`` from now, as the workflow
+    runs them."""
+
+    def phase(seconds: float) -> PhaseInput:
+        deadline = datetime.now(UTC) + timedelta(seconds=seconds)
+        return PhaseInput(target=target, deadline=deadline, poll_interval_s=0.01)
+
+    acts = RetirementActivities(kube)
+    dq: Observation = ActivityEnvironment().run(acts.disqualify, phase(seconds))
+    assert dq.verdict is Verdict.VERIFIED, dq.reason
+    kube.calls.clear()
+    obs: Observation = ActivityEnvironment().run(acts.drain, phase(seconds))
+    return obs
+
+
+def test_an_unlabelled_surplus_member_is_drained_not_held() -> None:
+    """The bug of issue 9: an unlabelled surplus member was bound with no measured member,
+    so its drain read "no member to measure" until the budget, then aborted and held."""
+    kube = surplus_group(replica(0), pod_of_1("llm-1-a", 0), pod_of_1("llm-1-b", 1, eligible=False))
+    admission = shed(kube, "llm-1-b")
+    t = admission.target
+    assert t is not None, admission.refusal
+    kube.script_exec("llm-1-b", ExecResult(stdout=oneshot_stdout(counters=(5, 7)), exit_code=0))
+    obs = disqualified_drain(kube, t)
+    assert (obs.verdict, obs.reason) == (
+        Verdict.VERIFIED,
+        "idle on two consecutive complete reads, counters unchanged",
+    )
+    assert {c.args["name"] for c in kube.called("exec_pod")} == {"llm-1-b"}
+    assert t.measured == ("llm-1-b",)
+    assert t.members[0].container_id == "containerd://main-1"
+
+
+def test_a_busy_unlabelled_surplus_member_is_not_drained() -> None:
+    """The safety path stays whole: a surplus member still working reads busy, never idle."""
+    kube = surplus_group(replica(0), pod_of_1("llm-1-a", 0), pod_of_1("llm-1-b", 1, eligible=False))
+    t = shed(kube, "llm-1-b").target
+    assert t is not None
+    kube.script_exec("llm-1-b", ExecResult(stdout=oneshot_stdout(in_flight=2), exit_code=0))
+    obs = disqualified_drain(kube, t, seconds=0.3)
+    assert obs.verdict is Verdict.UNKNOWN and obs.reason == "llm-1-b: 2 in flight"
+
+
+def test_a_surplus_member_that_never_started_is_retired_without_a_drain_read() -> None:
+    """SPEC section 3 for one member: nothing ever ran in it, so nothing is in flight; it is
+    bound with no container ID and its drain says so, with no exec tried."""
+    kube = surplus_group(replica(0), pod_of_1("llm-1-a", 0), never_started("llm-1-b", 1))
+    admission = shed(kube, "llm-1-b")
+    t = admission.target
+    assert t is not None, admission.refusal
+    [m] = t.members
+    assert (m.pod, m.container_id, m.ip, m.measured) == ("llm-1-b", "", "", True)
+    obs = disqualified_drain(kube, t)
+    assert obs.verdict is Verdict.VERIFIED, obs.reason
+    assert obs.readings["llm-1-b"].endswith("(never started: nothing to drain)")
+    assert kube.called("exec_pod") == []
+
+
+def test_a_never_started_surplus_member_that_starts_meanwhile_fails_the_drain() -> None:
+    kube = surplus_group(replica(0), pod_of_1("llm-1-a", 0), never_started("llm-1-b", 1))
+    t = shed(kube, "llm-1-b").target
+    assert t is not None
+    kube.add_pod(pod_of_1("llm-1-b", 1, eligible=False, container_id="containerd://late"))
+    obs = disqualified_drain(kube, t)
+    assert obs.verdict is Verdict.FAILED and "started since admission" in obs.reason
+
+
+def test_a_ready_surplus_member_without_a_container_id_is_not_read_as_never_started() -> None:
+    """Ready without a container ID is an inconsistency, not proof that nothing runs."""
+    kube = surplus_group(
+        replica(0), pod_of_1("llm-1-a", 0), pod_of_1("llm-1-b", 1, container_id=None)
+    )
+    admission = shed(kube, "llm-1-b")
+    assert admission.target is None
+    assert "container main of llm-1-b has no container ID (not started)" in admission.refusal
+    assert_read_only(kube)
+
+
+def test_a_surplus_group_measures_its_leader_only() -> None:
+    """A duplicated leader-served group: the duplicate leader answers, its follower does
+    not (the delete binding stays whole)."""
+    kube = surplus_group(
+        pod_of_1("llm-1-a0", 0, 0),
+        pod_of_1("llm-1-a1", 1, 1),
+        pod_of_1("llm-1-b0", 2, 0, eligible=False),
+        pod_of_1("llm-1-b1", 3, 1, eligible=False),
+        size=2,
+    )
+    admission = shed(kube, "llm-1-b0", "llm-1-b1")
+    t = admission.target
+    assert t is not None, admission.refusal
+    assert t.shape == "LeaderServed"
+    assert t.measured == ("llm-1-b0",)
+    assert t.uids == ["uid-llm-1-b0", "uid-llm-1-b1"]
+
+
+def test_a_surplus_rank_of_an_external_dp_replica_is_measured() -> None:
+    """Every rank of an External-DP replica serves, a rank beyond the size as well."""
+    kube = surplus_group(
+        pod_of_1("llm-1-a0", 0, 0),
+        pod_of_1("llm-1-a1", 1, 1),
+        pod_of_1("llm-1-a2", 2, 2, eligible=False),
+        size=2,
+        extra_args=["--data-parallel-external-lb"],
+    )
+    admission = shed(kube, "llm-1-a2")
+    t = admission.target
+    assert t is not None, admission.refusal
+    assert (t.shape, t.measured) == ("ExternalDP", ("llm-1-a2",))
+
+
+def test_a_started_surplus_follower_alone_is_refused() -> None:
+    """A follower answers through a leader; with no surplus leader that started, it may be
+    working for the kept leader, which goes on serving: nothing can be read to show that it
+    stopped.  Refused (nothing touched), not admitted to hold."""
+    kube = surplus_group(
+        pod_of_1("llm-1-a0", 0, 0),
+        pod_of_1("llm-1-a1", 1, 1),
+        pod_of_1("llm-1-b1", 2, 1, eligible=False),
+        size=2,
+    )
+    assert_refused(
+        kube,
+        shed(kube, "llm-1-b1"),
+        "surplus member llm-1-b1 does not answer for the replica (shape LeaderServed: only "
+        "the leader, member-index 0, answers) and no surplus member that answers has "
+        "started: no read can show that it stopped working for the replica's leader",
+    )
+
+
+def test_a_surplus_follower_that_never_started_is_retired() -> None:
+    kube = surplus_group(
+        pod_of_1("llm-1-a0", 0, 0),
+        pod_of_1("llm-1-a1", 1, 1),
+        never_started("llm-1-b1", 2, 1),
+        size=2,
+    )
+    admission = shed(kube, "llm-1-b1")
+    t = admission.target
+    assert t is not None, admission.refusal
+    assert t.measured == ("llm-1-b1",) and t.members[0].container_id == ""
+    obs = disqualified_drain(kube, t)
+    assert obs.verdict is Verdict.VERIFIED, obs.reason
+    assert "never started: nothing to drain" in obs.readings["llm-1-b1"]
+
+
+def test_a_started_surplus_member_whose_leadership_cannot_be_decided_is_refused() -> None:
+    kube = surplus_group(
+        pod_of_1("llm-1-a0", 0, 0),
+        pod_of_1("llm-1-a1", 1, 1),
+        pod_of_1("llm-1-x", 2, None, eligible=False),
+        size=2,
+    )
+    assert_refused(
+        kube,
+        shed(kube, "llm-1-x"),
+        "surplus member llm-1-x has no valid modeldeployment.gpustack.ai/member-index "
+        "label: whether it leads the replica cannot be decided",
+    )
+
+
+def test_an_aborted_surplus_shed_does_not_put_an_unlabelled_member_in_service() -> None:
+    """The restore puts back what served: a surplus member without the label at admission
+    is measured, but the abort does not add it to routing (the watcher never labels a
+    surplus member either)."""
+    kube = surplus_group(replica(0), pod_of_1("llm-1-a", 0), pod_of_1("llm-1-b", 1, eligible=False))
+    t = shed(kube, "llm-1-b").target
+    assert t is not None and t.measured == ("llm-1-b",)
+    kube.calls.clear()
+    inp = PhaseInput(target=t, deadline=datetime.now(UTC) + timedelta(seconds=2))
+    result: RestoreResult = ActivityEnvironment().run(RetirementActivities(kube).restore, inp)
+    assert result == RestoreResult()
+    assert LABEL_ELIGIBLE not in kube.pod_labels("llm-1-b")
+    assert_read_only(kube)

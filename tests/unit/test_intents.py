@@ -1,5 +1,7 @@
 """Intent derivation: examples, and a property over generated spec/Pod states — every
-surplus member is eventually named exactly once, and nothing inside the spec ever is."""
+surplus member is eventually named exactly once, and nothing inside the spec ever is; and
+the members of every surplus shed are measured by the member-selection rule (or refused
+with the reason), never by their eligibility label."""
 
 from __future__ import annotations
 
@@ -8,7 +10,16 @@ from hypothesis import strategies as st
 
 from retirement.intents import Intent, PodView, RoleSpec, derive_intents
 from retirement.models import IntentKind
-from retirement.names import LABEL_COMPONENT, LABEL_MEMBER_INDEX, LABEL_ORDINAL
+from retirement.names import LABEL_COMPONENT, LABEL_ELIGIBLE, LABEL_MEMBER_INDEX, LABEL_ORDINAL
+from retirement.shape import (
+    MemberPod,
+    Selection,
+    Shape,
+    ShapeReading,
+    answers,
+    read_shape,
+    select_surplus,
+)
 
 
 def pod(role: str, ordinal: int, member: int | None = None, suffix: str = "") -> PodView:
@@ -102,3 +113,91 @@ def test_every_surplus_member_is_named_exactly_once_and_nothing_in_spec(
     by_name = {p.name: p for p in pods}
     assert not [n for n in named if in_spec(roles, kept, by_name[n])]
     assert all(in_spec(roles, kept, p) for p in live)  # what is left is the spec
+
+
+# ---------------------------------------------------------------- surplus members measured
+
+
+def shape_of(size: int, external: bool) -> ShapeReading:
+    args = ["--data-parallel-external-lb"] if external else []
+    return read_shape(engine="vLLM", role_kind="Server", size=size, extra_args=args, command=None)
+
+
+def as_members(pods: list[PodView], names: tuple[str, ...], *, label: bool) -> list[MemberPod]:
+    """The named Pods as member selection reads them, with or without the eligibility
+    label."""
+    by_name = {p.name: p for p in pods}
+    return [
+        MemberPod(
+            name=n,
+            uid=f"uid-{n}",
+            labels={**by_name[n].labels, **({LABEL_ELIGIBLE: "true"} if label else {})},
+        )
+        for n in names
+    ]
+
+
+def test_surplus_members_are_measured_by_the_member_selection_rule() -> None:
+    """Issue 9: a duplicate at size one answers, labelled or not; of a leader-served
+    replica a duplicate leader answers and its follower does not; a follower alone, or a
+    member whose leadership cannot be read, is refused with the reason."""
+    single = [pod("s", 0, suffix="-a"), pod("s", 0, suffix="-b")]
+    [shed] = derive_intents([RoleSpec("s", replicas=1)], single)
+    assert shed.members == ("s-0-b",)
+    for label in (False, True):
+        got = select_surplus(
+            shape=shape_of(1, False), surplus=as_members(single, shed.members, label=label)
+        )
+        assert got == Selection(measured=("s-0-b",))
+    group = [pod("g", 0, m, suffix=s) for s in ("-a", "-b") for m in (0, 1)]
+    [shed] = derive_intents([RoleSpec("g", replicas=1, size=2)], group)
+    assert shed.members == ("g-0-0-b", "g-0-1-b")
+    got = select_surplus(
+        shape=shape_of(2, False), surplus=as_members(group, shed.members, label=False)
+    )
+    assert got == Selection(measured=("g-0-0-b",))
+    follower = select_surplus(
+        shape=shape_of(2, False), surplus=as_members(group, ("g-0-1-b",), label=True)
+    )
+    assert not follower.ok and "does not answer for the replica" in follower.refusal
+    ranks = select_surplus(
+        shape=shape_of(2, True), surplus=as_members(group, shed.members, label=False)
+    )
+    assert ranks == Selection(measured=("g-0-0-b", "g-0-1-b"))
+    unindexed = [*group, PodView(name="g-0-x", labels=pod("g", 0).labels)]
+    lead = select_surplus(
+        shape=shape_of(2, False), surplus=as_members(unindexed, ("g-0-x",), label=False)
+    )
+    assert "whether it leads the replica cannot be decided" in lead.refusal
+    assert select_surplus(
+        shape=shape_of(2, True), surplus=as_members(unindexed, ("g-0-x",), label=False)
+    ).ok
+
+
+@settings(max_examples=300)
+@given(states(), st.booleans())
+def test_a_surplus_shed_is_measured_by_the_rule_or_refused_never_left_unmeasured(
+    state: tuple[list[RoleSpec], list[PodView]], external: bool
+) -> None:
+    """Over every derived surplus shed (all its members started): the selection measures
+    exactly the members the rule says answer, whatever their eligibility label, and never
+    admits a shed with nothing to measure (the drain would read "no member to measure"
+    until its budget, then abort and hold); a refusal only where the rule cannot decide or
+    no member answers, which only a leader-served replica can give."""
+    roles, pods = state
+    for intent in derive_intents(roles, pods):
+        if intent.kind is not IntentKind.SURPLUS_SHED:
+            continue
+        size = next(r.size for r in roles if r.name == intent.role)
+        shape = shape_of(size, external)
+        plain = select_surplus(shape=shape, surplus=as_members(pods, intent.members, label=False))
+        labelled = select_surplus(shape=shape, surplus=as_members(pods, intent.members, label=True))
+        assert plain == labelled  # the label plays no part
+        if not plain.ok:
+            assert shape.shape is Shape.LEADER_SERVED and plain.refusal
+            continue
+        assert plain.measured  # never admitted with nothing to measure
+        by_name = {p.name: p for p in pods}
+        assert set(plain.measured) == {
+            n for n in intent.members if answers(shape.shape, by_name[n].member)
+        }

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -18,18 +19,28 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities import RetirementActivities
+from kube.api import ExecResult
+from retirement.budgets import Budgets
 from retirement.models import (
     AbortRequest,
     CancelIntent,
+    IntentKind,
     RetirementRequest,
     RetirementState,
     RetryRequest,
+    RouterlessPolicy,
 )
 from retirement.phases import Outcome, Phase
+from testbed.paths import venv_bin
+from tests.conftest import register_search_attributes
+from tests.helpers import model_deployment
+from tests.helpers.fake_kube import FakeKube, member_pod, oneshot_stdout
 from tests.workflows.fakes import FakeWorld
 from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow
@@ -535,3 +546,91 @@ async def test_the_mirror_never_delays_the_restore(
         Phase.ABORTED,
     ]
     await cancel_and_wait(handle)
+
+
+# ---------------------------------------------------------------- with the real activities
+
+
+async def test_an_unlabelled_surplus_member_is_shed_not_held() -> None:
+    """Issue 9, end to end: the real activities against the fake cluster.  A surplus member
+    without the eligibility label used to be admitted with no member to measure: its drain
+    read "no member to measure" until the drain budget, then the retirement aborted and
+    held.  Measured by the member-selection rule, it is drained (read idle twice) and shed.
+
+    On a fresh test server of its own: the activities wait on the wall clock, so the
+    server's clock must not have been skipped ahead by the tests above."""
+    kube = FakeKube()
+    ns, md = "ns", "llm"
+    kube.add_deployment(model_deployment(md, namespace=ns, uid="md-uid", replicas=2, size=1))
+    for name, ordinal, eligible in (
+        ("llm-0", 0, True),
+        ("llm-1-a", 1, True),
+        ("llm-1-b", 1, False),
+    ):
+        kube.add_pod(
+            member_pod(
+                name,
+                deployment=md,
+                namespace=ns,
+                ordinal=ordinal,
+                uid=f"uid-{name}",
+                ip=f"198.18.1.{10 + len(kube.pods)}",
+                eligible=eligible,
+            )
+        )
+    kube.script_exec(
+        "llm-1-b", ExecResult(stdout=oneshot_stdout(counters=(5, 7)), exit_code=0), namespace=ns
+    )
+    req = request(
+        namespace=ns,
+        deployment=md,
+        intent=IntentKind.SURPLUS_SHED,
+        members=["llm-1-b"],
+        budgets=Budgets(
+            overall_s=60, withdrawal_s=10, drain_s=10, settle_s=10, poll_interval_s=0.1
+        ),
+        routerless_policy=RouterlessPolicy.QUIET_WINDOW,
+        quiet_window_s=0.3,
+    )
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(venv_bin("temporal-test-server").resolve()),
+        data_converter=pydantic_data_converter,
+    )
+    try:
+        await register_search_attributes(env.client)
+        queue = f"tq-{uuid.uuid4()}"
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            async with Worker(
+                env.client,
+                task_queue=queue,
+                workflows=[RetirementWorkflow],
+                activities=RetirementActivities(kube).all(),
+                activity_executor=pool,
+                max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+            ):
+                handle = await start(env.client, queue, req)
+                st = await until_ended(handle, timeout=60)
+                if st.outcome is not Outcome.COMPLETED:
+                    await cancel_and_wait(handle)
+                assert (st.phase, st.outcome) == (Phase.COMPLETED, Outcome.COMPLETED), st.reasons
+                assert st.target is not None and st.target.measured == ("llm-1-b",)
+                assert st.deleted is not None and st.deleted.deleted == ["llm-1-b"]
+                assert {c.args["name"] for c in kube.called("exec_pod")} == {"llm-1-b"}
+                assert {c.args["name"] for c in kube.called("delete_pod")} == {"llm-1-b"}
+                assert (ns, "llm-1-a") in kube.pods and (ns, "llm-0") in kube.pods
+    finally:
+        await env.shutdown()
+
+
+async def until_ended(handle: WorkflowHandle, *, timeout: float) -> RetirementState:  # type: ignore[type-arg]
+    """Query (in real time) until the attempt has an outcome: completed, or aborted and
+    held with its restore done."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        st: RetirementState = await handle.query(RetirementWorkflow.state)
+        if st.outcome is not Outcome.RUNNING and not st.restoring:
+            return st
+        if loop.time() > end:
+            raise AssertionError(f"still {st.phase}/{st.outcome}: {st.reasons}")
+        await asyncio.sleep(0.1)
