@@ -426,3 +426,88 @@ async def test_a_held_retirement_ends_when_its_deployment_is_deleted(wctx: Watch
     st: RetirementState = await asyncio.wait_for(h.result(), 60)
     assert st.outcome is Outcome.CAPACITY_RETAINED, st.reasons
     assert any("was deleted" in r for r in st.reasons), st.reasons
+
+
+async def test_a_group_member_the_restore_held_is_not_labelled_by_the_watcher(
+    wctx: WatchCtx,
+) -> None:
+    """Wedge 5 of the fleet issue, on the bed: one rule puts the label on.  A group whose
+    engine version has no identity probe: the aborted retirement's restore holds the
+    leader (the probe cannot vouch for it); when the retirement ends (the spec declares
+    the replica again: cancel-intent), the watcher does not label the leader on PodReady
+    alone a second later, as it did with its own rule."""
+    name = "heldgroup"
+    create_md(
+        wctx.bed.api_client(),
+        wctx.ns,
+        model_deployment(
+            name, version="0.1.0", replicas=2, size=2, extra_args=["--data-parallel-size", "2"]
+        ),
+    )
+    op = wctx.bed.operator(wctx.ns)
+    await asyncio.to_thread(serving, wctx, name, 2)  # the two leaders
+    leader = next(
+        p
+        for p in pods_of(wctx, name, 1)
+        if p.metadata.labels["modeldeployment.gpustack.ai/member-index"] == "0"
+    )
+    hub = op.hub_pod(leader.metadata.uid)
+    wctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [1, 0]})  # never idle
+    wctx.watcher()
+    scale(wctx, name, 1)
+    st = await until_state(wctx, name, lambda s: s.outcome is Outcome.ABORTED, timeout=90)
+    await until_state(
+        wctx,
+        name,
+        lambda s: s.restored is not None and leader.metadata.name in s.restored.held,
+        timeout=60,
+    )
+    scale(wctx, name, 2)  # the replica is declared again: the held retirement ends
+    h = wctx.client.get_workflow_handle(
+        workflow_id_for(namespace=wctx.ns, deployment=name), result_type=RetirementState
+    )
+    st = await asyncio.wait_for(h.result(), 60)
+    assert st.outcome is Outcome.CAPACITY_RETAINED, st.reasons
+    await asyncio.sleep(5)  # the watcher has reconciled the deployment many times by now
+    labels = (wctx.core.read_namespaced_pod(leader.metadata.name, wctx.ns).metadata.labels) or {}
+    assert LABEL_ELIGIBLE not in labels, "the watcher labelled a member the restore held"
+
+
+async def test_a_pending_surplus_member_is_retired_without_a_drain(wctx: WatchCtx) -> None:
+    """Wedge 3 of the fleet issue, on the bed: a surplus member that never started (no
+    node will take it: it stays Pending, unlabelled) is shed by the watcher: deleted with
+    "never started: nothing to drain", and the serving member keeps serving.  Before, the
+    shed found no member to measure, aborted at its drain budget and held."""
+    name = "surplus"
+    create_md(wctx.bed.api_client(), wctx.ns, model_deployment(name, replicas=1))
+    wctx.bed.operator(wctx.ns)
+    (kept,) = await asyncio.to_thread(serving, wctx, name, 1)
+    labels = {k: v for k, v in (kept.metadata.labels or {}).items() if k != LABEL_ELIGIBLE}
+    dup = client.V1Pod(
+        metadata=client.V1ObjectMeta(name=f"{name}-dup", labels=labels),
+        spec=client.V1PodSpec(  # no nodeName and no scheduler: Pending for ever
+            containers=[client.V1Container(name="main", image="emulated/vllm:latest")]
+        ),
+    )
+    wctx.core.create_namespaced_pod(wctx.ns, dup)
+    wctx.watcher()
+    wid = workflow_id_for(namespace=wctx.ns, deployment=name)
+
+    async def ended() -> RetirementState | None:
+        rs = await runs(wctx.client, wid)
+        if not rs or not rs[0].close_time:
+            return None
+        st: RetirementState = await wctx.client.get_workflow_handle(
+            wid, run_id=rs[0].run_id, result_type=RetirementState
+        ).result()
+        return st
+
+    st = await eventually_async(ended, what="the shed ended", timeout=90, interval=0.5)
+    assert st.request.intent is IntentKind.SURPLUS_SHED and st.request.members == [f"{name}-dup"]
+    assert st.outcome is Outcome.COMPLETED, st.reasons
+    assert st.deleted is not None and st.deleted.deleted == [f"{name}-dup"]
+    assert st.target is not None  # admitted as never started: no exec read, only disqualified
+    assert [(m.pod, m.container_id) for m in st.target.members] == [(f"{name}-dup", "")]
+    left = pods_of(wctx, name)
+    assert [p.metadata.name for p in left] == [kept.metadata.name]
+    assert (left[0].metadata.labels or {}).get(LABEL_ELIGIBLE) == "true"
