@@ -1,14 +1,19 @@
-"""``retire`` — watch, abort and retry retirements from a terminal.
+"""``retire`` (also ``kubectl retire``) — watch, abort and retry retirements.
 
-    retire status NAMESPACE/DEPLOYMENT            the workflow's whole state (query)
+    retire list [--in NAMESPACE] [--all]           running and held (and ended) retirements
+    retire status NAMESPACE/DEPLOYMENT [-o json|yaml]  a readable page (or the whole state)
+    retire watch  NAMESPACE/DEPLOYMENT             live progress until it ends or holds
     retire abort  NAMESPACE/DEPLOYMENT --reason R  abort (an Update; --signal to signal)
     retire retry  NAMESPACE/DEPLOYMENT --token T   retry a held retirement
-    retire cancel-intent NAMESPACE/DEPLOYMENT      the ordinal was re-declared
+    retire cancel-intent NAMESPACE/DEPLOYMENT      the replica is wanted after all
     retire start  NAMESPACE/DEPLOYMENT --role R --ordinal N   start one by hand
+    retire setup                                   register the search attributes
 
-Bad arguments and bad connection configuration exit 2 with the reason; a refused update
-exits 1 with the server's message. The connection flags are shared with the worker and
-the watcher (``connection``): --address, --profile, --tls-cert, ... before the command.
+Exit codes: 0 done; 1 refused, not found, or Temporal answered an error; 2 bad arguments
+or bad connection configuration; 3 (watch) the retirement ended without retiring, or
+holds and needs a person; 130 interrupted.  Every failure is one line on stderr.  The
+connection flags are shared with the worker and the watcher (``connection``): --address,
+--profile, --tls-cert, ... before the command.
 """
 
 from __future__ import annotations
@@ -23,9 +28,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
-from temporalio.client import Client, RPCError, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+from temporalio.service import RPCStatusCode as RPCStatus
 
+from cli import render
+from cli.setup import SetupConflict, register_search_attributes
 from connection.client import connect
 from connection.errors import ConnectionConfigError
 from connection.flags import ConnectionFlags, add_connection_flags, add_task_queue_flag
@@ -39,6 +54,7 @@ from retirement.models import (
     RetryRequest,
     workflow_id_for,
 )
+from retirement.phases import Outcome
 from workflows import story
 from workflows.mirror import SA_DEPLOYMENT, SA_ORDINAL, SA_OUTCOME, SA_PHASE, SA_ROLE
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
@@ -65,8 +81,11 @@ def parse_ref(ref: str) -> tuple[str, str]:
 
 def parser() -> argparse.ArgumentParser:
     """The argument parser."""
+    invoked = os.path.basename(sys.argv[0]) if sys.argv else ""
     p = argparse.ArgumentParser(
-        prog="retire", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="kubectl retire" if invoked.startswith("kubectl-") else "retire",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_connection_flags(p)
     add_task_queue_flag(p)
@@ -76,8 +95,13 @@ def parser() -> argparse.ArgumentParser:
         "--in", dest="scope", metavar="NAMESPACE", help="only this Kubernetes namespace"
     )
     ls.add_argument("--all", action="store_true", help="also the ones that ended")
-    s = sub.add_parser("status")
+    s = sub.add_parser("status", help="one retirement as a readable page, or -o json|yaml")
     s.add_argument("ref")
+    s.add_argument("-o", "--output", choices=["page", "json", "yaml"], default="page")
+    wt = sub.add_parser("watch", help="live progress until the retirement ends or holds")
+    wt.add_argument("ref")
+    wt.add_argument("--interval", type=float, default=1.0, help="seconds between reads")
+    sub.add_parser("setup", help="register the search attributes on the namespace")
     a = sub.add_parser("abort")
     a.add_argument("ref")
     a.add_argument("--reason", required=True)
@@ -155,8 +179,57 @@ async def list_retirements(client: Client, *, scope: str | None, everything: boo
     return 0
 
 
+#: ``retire watch``'s exit code when the retirement ended without retiring, or holds.
+NEEDS_A_LOOK = 3
+
+
+def _changes(st: RetirementState) -> tuple[Any, ...]:
+    """What a watcher of a retirement wants to be told about when it changes."""
+    return (st.phase, st.outcome, st.attempt, st.reasons[-1:], st.last_readings, st.unrestored)
+
+
+async def watch(client: Client, wid: str, *, interval: float) -> int:
+    """Print the page whenever the retirement changes, until it ends (0 when it retired
+    the replica, else 3) or holds after an abort (3)."""
+    handle = client.get_workflow_handle(wid, result_type=RetirementState)
+    seen: tuple[Any, ...] | None = None
+    while True:
+        desc = await handle.describe()
+        if desc.status is not WorkflowExecutionStatus.RUNNING:
+            try:
+                st: RetirementState = await handle.result(follow_runs=False)
+            except WorkflowFailureError as e:
+                print(f"retire: {wid} ended {_status(desc.status)}: {e.cause}", file=sys.stderr)
+                return NEEDS_A_LOOK
+            print(render.page(st, datetime.now(UTC)), flush=True)
+            return 0 if st.outcome is Outcome.COMPLETED else NEEDS_A_LOOK
+        st = await handle.query(RetirementWorkflow.state)
+        if _changes(st) != seen:
+            seen = _changes(st)
+            print(f"--- {datetime.now(UTC):%H:%M:%S} UTC", flush=True)
+            print(render.page(st, datetime.now(UTC)), flush=True)
+        if st.outcome is Outcome.ABORTED and st.restoring is False:
+            print(f"retire: {wid} holds: it needs a retry or a cancel-intent", file=sys.stderr)
+            return NEEDS_A_LOOK
+        await asyncio.sleep(interval)
+
+
 async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> int:
     """Execute one command; returns the exit code."""
+    if args.command == "setup":
+        try:
+            lines = await register_search_attributes(
+                await connect(connection), namespace=connection.namespace
+            )
+        except SetupConflict as e:
+            print(f"retire: setup: {e}", file=sys.stderr)
+            return 1
+        except RPCError as e:
+            print(f"retire: setup: {e.status.name}: {e.message}", file=sys.stderr)
+            return 1
+        print(f"namespace {connection.namespace}:")
+        print("\n".join(f"  {line}" for line in lines))
+        return 0
     if args.command == "list":
         if args.scope is not None and not _K8S_NS.fullmatch(args.scope):
             raise UsageError(f"--in {args.scope!r} is not a Kubernetes namespace name")
@@ -189,8 +262,13 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
     handle = client.get_workflow_handle(wid, result_type=RetirementState)
     try:
         if args.command == "status":
-            st: RetirementState = await handle.query(RetirementWorkflow.state)
-            print(st.model_dump_json(indent=2))
+            st = await _read(handle)
+            out = args.output
+            print(render.page(st, datetime.now(UTC)) if out == "page" else render.machine(st, out))
+        elif args.command == "watch":
+            if args.interval <= 0:
+                raise UsageError("--interval must be positive")
+            return await watch(client, wid, interval=args.interval)
         elif args.command == "abort":
             if args.signal:
                 await handle.signal(RetirementWorkflow.abort_signal, abort_req)
@@ -224,10 +302,37 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
     except WorkflowAlreadyStartedError:
         print(f"retire: a retirement of {ns}/{md} is already running ({wid})", file=sys.stderr)
         return 1
+    except NotRetirement as e:
+        print(f"retire: {e}", file=sys.stderr)
+        return 1
     except RPCError as e:
-        print(f"retire: {e.status.name}: {e.message}", file=sys.stderr)
+        if e.status is RPCStatus.NOT_FOUND:
+            print(f"retire: no retirement of {ns}/{md} ({wid})", file=sys.stderr)
+        else:
+            print(f"retire: {e.status.name}: {e.message}", file=sys.stderr)
         return 1
     return 0
+
+
+async def _read(handle: WorkflowHandle[Any, RetirementState]) -> RetirementState:
+    """The state of a running retirement (query), or of an ended one (its result)."""
+    desc = await handle.describe()
+    if desc.status is WorkflowExecutionStatus.RUNNING:
+        st: RetirementState = await handle.query(RetirementWorkflow.state)
+        return st
+    try:
+        ended: RetirementState = await handle.result(follow_runs=False)
+    except WorkflowFailureError as e:
+        raise NotRetirement(f"{handle.id} ended {_status(desc.status)}: {e.cause}") from e
+    return ended
+
+
+def _status(status: WorkflowExecutionStatus | None) -> str:
+    return status.name if status is not None else "?"
+
+
+class NotRetirement(Exception):
+    """The workflow has no state to show (it failed, or was terminated)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return asyncio.run(run(args, connection=connection))
+    except KeyboardInterrupt:
+        return 130
     except UsageError as e:
         print(f"retire: {e}", file=sys.stderr)
         return 2

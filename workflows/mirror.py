@@ -35,6 +35,8 @@ SA_ROLE = SearchAttributeKey.for_keyword("RetirementRole")
 SA_ORDINAL = SearchAttributeKey.for_int("RetirementOrdinal")
 SA_PHASE = SearchAttributeKey.for_keyword("RetirementPhase")
 SA_OUTCOME = SearchAttributeKey.for_keyword("RetirementOutcome")
+#: Every custom search attribute of a retirement (``retire setup`` registers them).
+SEARCH_ATTRIBUTES = (SA_DEPLOYMENT, SA_ROLE, SA_ORDINAL, SA_PHASE, SA_OUTCOME)
 
 
 def search_attribute_updates(
