@@ -174,7 +174,7 @@ async def test_abort_and_retry_with_the_project_cli(
     assert "Replay" in capsys.readouterr().out
     st: RetirementState = await handle.query(RetirementWorkflow.state)
     assert st.phase is Phase.ABORTED and st.attempt == 1
-    assert await asyncio.to_thread(cli, dev_env, "status", ref) == 0
+    assert await asyncio.to_thread(cli, dev_env, "status", ref, "-o", "json") == 0
     assert '"phase": "Aborted"' in capsys.readouterr().out
     await handle.cancel()
 
@@ -263,7 +263,8 @@ async def test_retire_list_shows_running_and_held_retirements(
         assert await asyncio.to_thread(cli, dev_env, "list", "--in", "ops") == 0
         out = capsys.readouterr().out
         line = next((x for x in out.splitlines() if x.startswith(ref + " ")), None)
-        return line if line is not None and "Aborted  Aborted" in line else None
+        # Columns are padded to the widest row (other tests' retirements may be listed).
+        return line if line is not None and line.split()[2:4] == ["Aborted", "Aborted"] else None
 
     line = await eventually_async(listed, what="the held retirement listed", timeout=15)
     assert line.split()[:4] == [ref, "server:1", "Aborted", "Aborted"], line
