@@ -1,6 +1,10 @@
 """Drain reads (SPEC section 5): one bounded, read-only ``pods/exec`` per measured member,
 matched to the member by Pod UID and container ID before and after, folded into the
-drain rule until every member is idle twice with unchanged counters."""
+drain rule until every member is idle twice with unchanged counters.
+
+Rounds are spaced by ``retirement.drain.next_read_in``: the poll interval while the
+members read idle, nearly idle or incomplete, growing to a bound while they stay busy.
+Every exec is counted (``activities.metrics``), so a fleet's cost can be reported."""
 
 from __future__ import annotations
 
@@ -9,12 +13,19 @@ from datetime import UTC, datetime
 
 import httpx
 
+from activities.metrics import DRAIN_EXEC_READS
 from activities.oneshot import EXEC_TIMEOUT_S, command, valid_path, valid_port, valid_scheme
-from activities.polling import poll_until, resumed
+from activities.polling import poll_until, resumed, seconds_left
 from kube.api import KubeApi
 from kube.errors import KubeError
 from kube.members import MemberGone, read_member
-from retirement.drain import DrainProgress, observe_round, resume
+from retirement.drain import (
+    DrainProgress,
+    busy_in_flight,
+    next_read_in,
+    observe_round,
+    resume,
+)
 from retirement.models import DrainHeartbeat, MemberTarget, Observation, PhaseInput, Target
 from retirement.names import ENGINE_CONTAINER
 from retirement.phases import Verdict
@@ -57,6 +68,7 @@ def exec_oneshot(api: KubeApi, target: Target, m: MemberTarget) -> tuple[str, st
     except ValueError as e:
         return "", f"read refused: {e}"
     argv = command(port=port, scheme=scheme, path=path, names=SERIES[target.engine].all)
+    DRAIN_EXEC_READS.inc()
     result = api.exec_pod(
         namespace=target.namespace,
         name=m.pod,
@@ -103,7 +115,8 @@ def drain(api: KubeApi, inp: PhaseInput) -> Observation:
     withdrawal still holds (``activities.recheck``): the label back on a member FAILS the
     drain; a Service listing a target again, or a router selecting one, makes the round
     not idle.  A resumed attempt goes on from the previous attempt's idle read only if
-    that read is recent (``retirement.drain.resume``)."""
+    that read is recent (``retirement.drain.resume``).  The wait after each round is
+    ``retirement.drain.next_read_in`` of that round's reads."""
     # Imported here: ``activities.withdrawal`` (which ``recheck`` reads through) imports
     # ``activities.drain``.
     from activities.recheck import still_withdrawn
@@ -114,6 +127,19 @@ def drain(api: KubeApi, inp: PhaseInput) -> Observation:
     progress: list[DrainProgress] = [
         resume(state.progress, now=datetime.now(UTC), poll_interval_s=inp.poll_interval_s)
     ]
+    #: The last round's requests in flight (None: not every read complete), and the wait
+    #: before that round: what the next wait is derived from.
+    in_flight: list[float | None] = [None]
+    spacing = [inp.poll_interval_s]
+
+    def next_wait(_: Observation) -> float:
+        spacing[0] = next_read_in(
+            in_flight=in_flight[0],
+            previous_s=spacing[0],
+            base_s=inp.poll_interval_s,
+            left_s=seconds_left(inp.deadline),
+        )
+        return spacing[0]
 
     with httpx.Client(trust_env=False, timeout=RECHECK_HTTP_TIMEOUT_S) as http:
 
@@ -124,6 +150,7 @@ def drain(api: KubeApi, inp: PhaseInput) -> Observation:
                     samples[m.pod] = sample_member(api, target, m)
                 except Replaced as e:
                     return Observation(verdict=Verdict.FAILED, reason=f"member {e}")
+            in_flight[0] = busy_in_flight(target.measured, samples)
             readings = {k: _describe(s) for k, s in samples.items()}
             check = still_withdrawn(api, target, http)  # after the reads: no older than them
             readings.update(check.readings)
@@ -142,7 +169,7 @@ def drain(api: KubeApi, inp: PhaseInput) -> Observation:
 
         return poll_until(
             deadline=inp.deadline,
-            interval=inp.poll_interval_s,
+            interval=next_wait,
             once=once,
             details=lambda obs: DrainHeartbeat(progress=progress[0], readings=obs.readings),
         )

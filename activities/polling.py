@@ -1,5 +1,9 @@
 """The one loop every polling phase runs inside its single activity: observe, heartbeat
-the progress, stop on a verdict, at the deadline, or when cancelled."""
+the progress, stop on a verdict, at the deadline, or when cancelled.
+
+Queueing never silently eats a phase's budget: an attempt that waited in the task queue
+(a saturated worker) before it started says so in the reason it ends with at the deadline.
+"""
 
 from __future__ import annotations
 
@@ -23,12 +27,14 @@ def seconds_left(deadline: datetime) -> float:
 def poll_until(
     *,
     deadline: datetime,
-    interval: float,
+    interval: float | Callable[[Observation], float],
     once: Callable[[], Observation],
     details: Callable[[Observation], Any] = lambda obs: obs,
 ) -> Observation:
     """Run ``once`` every ``interval`` seconds until it answers VERIFIED or FAILED, or the
-    deadline passes (then the last UNKNOWN is returned).  Cancellation raises."""
+    deadline passes (then the last UNKNOWN is returned, with the attempt's queue lag in its
+    reason when it is material: ``late_start``).  ``interval`` may be a function of the
+    last observation (the drain spaces its reads adaptively).  Cancellation raises."""
     polls = 0
     while True:
         polls += 1
@@ -38,8 +44,35 @@ def poll_until(
             return obs
         left = seconds_left(deadline)
         if left <= 0:
+            late = late_start()
+            if late:
+                obs = obs.model_copy(update={"reason": f"{obs.reason}; {late}"})
             return obs
-        wait_heartbeating(min(interval, left), details(obs))
+        wait = interval(obs) if callable(interval) else interval
+        wait_heartbeating(min(wait, left), details(obs))
+
+
+#: A queue lag from this many seconds on is told in the reason of a phase that ended
+#: UNKNOWN at its deadline (below it, ordinary dispatch latency).
+MATERIAL_QUEUE_LAG_S = 2.0
+
+
+def queue_lag_s() -> float:
+    """Seconds this attempt waited in the task queue (scheduled to started, both stamped
+    by the Temporal server, so no clock skew); 0 outside an activity."""
+    if not activity.in_activity():
+        return 0.0
+    info = activity.info()
+    return max(0.0, (info.started_time - info.current_attempt_scheduled_time).total_seconds())
+
+
+def late_start() -> str:
+    """Why part of the budget went before any poll, when this attempt started materially
+    late (a worker with no free activity slot); empty otherwise."""
+    lag = queue_lag_s()
+    if lag < MATERIAL_QUEUE_LAG_S:
+        return ""
+    return f"this attempt started {lag:.0f} s after it was scheduled (worker busy)"
 
 
 #: The longest stretch a polling activity goes without a heartbeat while it waits.

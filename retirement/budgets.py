@@ -19,6 +19,9 @@ class Budgets(BaseModel):
     withdrawal_s: float = Field(default=30.0, gt=0, le=86400)
     drain_s: float = Field(default=240.0, gt=0, le=86400)
     settle_s: float = Field(default=30.0, gt=0, le=86400)
+    #: The spacing of polls.  Drain reads use it as their base: they are spaced out while
+    #: the engine stays busy, up to ``retirement.drain.MAX_READ_SPACING_S`` (and a quarter
+    #: of the time left), and come back to this interval once it reads (nearly) idle.
     poll_interval_s: float = Field(default=1.0, gt=0, le=60)
 
     @model_validator(mode="after")

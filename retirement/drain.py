@@ -7,6 +7,9 @@ aborts, and vLLM requests still in the HTTP front end that the scheduler gauges 
 The withdrawal is confirmed again in every round, after that round's reads: a round whose
 confirmation failed is not idle, so the two idle reads that VERIFY are each followed by a
 confirmation, and the last confirmation is no older than the second idle read.
+
+Reads are spaced adaptively (``next_read_in``): each one is an exec through the API
+server, so a fleet of busy engines must not cost one exec per retirement per second.
 """
 
 from __future__ import annotations
@@ -21,8 +24,22 @@ from retirement.readings import Sample
 
 #: A resumed drain compares against the previous attempt's idle read only if that read is
 #: no older than this many poll intervals: otherwise rounds were missed, and the two reads
-#: would not be consecutive.
+#: would not be consecutive.  Adaptive spacing keeps this right: the read after an idle
+#: round is always due one base poll interval later (``next_read_in``), so an idle read
+#: older than two base intervals means a read was missed, whatever the spacing before it.
 STALE_AFTER_INTERVALS = 2.0
+
+#: The bound on the spacing of drain reads while the members stay busy (seconds).  With
+#: the default 1 s poll interval a busy retirement costs at most one exec per measured
+#: member every 8 s once its spacing has grown (1, 2, 4, 8, 8, ... s); an idle or nearly
+#: idle one, one per second.  A poll interval above the bound is used as it is.
+MAX_READ_SPACING_S = 8.0
+#: ... and never more than this fraction of the time left to the phase deadline, so that
+#: when the engine goes quiet late in the budget, the two idle reads still fit.
+SPACING_SHARE_OF_TIME_LEFT = 0.25
+#: A round whose measured members hold at most this many requests in flight in total is
+#: nearly idle: the next read comes after the base interval, as after an idle one.
+NEAR_IDLE_IN_FLIGHT = 2.0
 
 
 class DrainProgress(BaseModel):
@@ -49,6 +66,40 @@ def resume(progress: DrainProgress, *, now: datetime, poll_interval_s: float) ->
         if -poll_interval_s <= age <= STALE_AFTER_INTERVALS * poll_interval_s:
             return progress
     return DrainProgress(rounds=progress.rounds)
+
+
+def busy_in_flight(measured: tuple[str, ...], samples: Mapping[str, Sample]) -> float | None:
+    """The requests in flight over the measured members when every one of them read
+    complete (None otherwise: an incomplete or missing read says nothing of how busy the
+    engine is)."""
+    if not measured or any(m not in samples or not samples[m].complete for m in measured):
+        return None
+    return sum(samples[m].in_flight for m in measured)
+
+
+def next_read_in(
+    *,
+    in_flight: float | None,
+    previous_s: float,
+    base_s: float,
+    left_s: float,
+    bound_s: float = MAX_READ_SPACING_S,
+) -> float:
+    """Seconds until the next drain round, after a round that read ``in_flight`` requests
+    (``busy_in_flight``), the previous wait having been ``previous_s``.
+
+    Quick (``base_s``) after a round that was idle, nearly idle (``NEAR_IDLE_IN_FLIGHT``)
+    or incomplete: the engine may be done at any moment, and the read after a first idle
+    read must follow at once (the two must be consecutive, and ``resume`` judges an idle
+    read's age in base intervals).  While the members stay busy the wait doubles, bounded
+    by ``bound_s`` and by ``SPACING_SHARE_OF_TIME_LEFT`` of ``left_s`` (the time left to the
+    deadline); never below ``base_s``.  Waiting longer skips no read: the rounds stay
+    consecutive, only further apart.
+    """
+    if in_flight is None or in_flight <= NEAR_IDLE_IN_FLIGHT:
+        return base_s
+    bound = min(bound_s, SPACING_SHARE_OF_TIME_LEFT * max(left_s, 0.0))
+    return max(base_s, min(bound, 2 * max(previous_s, base_s)))
 
 
 def observe_round(

@@ -10,6 +10,10 @@ from temporalio.common import RetryPolicy
 NON_RETRYABLE = ["NotFound", "Conflict", "Invalid", "Forbidden", "BadInput"]
 #: Slack between an activity's own deadline and the workflow's timeout of it.
 GRACE = timedelta(seconds=15)
+#: The workflow's own timer on a phase activity fires this long after the activity's
+#: ScheduleToClose timeout: the server's timeout, which says whether the activity ever
+#: started, answers first (the timer is only a backstop).
+BACKSTOP = timedelta(seconds=5)
 #: Heartbeat timeout of the polling activities (one request may take the Kubernetes
 #: layer's 10 s timeout, so no shorter).
 HEARTBEAT = timedelta(seconds=10)

@@ -10,7 +10,11 @@ Rules of execution, not of the protocol:
   on: an abortable step then sees ``interrupted`` and stops; any other step (the deletes,
   settling, the restore) finishes first;
 - an activity error is an observation like any other: UNKNOWN for a phase, a refusal for
-  admission, a failed restore; never a crashed workflow.
+  admission, a failed restore; never a crashed workflow;
+- queueing never silently eats a budget: a phase activity may wait in the task queue only
+  until its phase deadline (ScheduleToStart), and an activity that timed out before it
+  ever started (no worker slot free) is reported as such (``failure``), not as a generic
+  timeout; one that started late says so itself (``activities.polling.late_start``).
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, TimeoutType
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
@@ -50,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.options import (
         ADMIT,
         ADMIT_TIMEOUT,
+        BACKSTOP,
         DELETE_SCHEDULE_TIMEOUT,
         DELETE_TIMEOUT,
         GRACE,
@@ -75,6 +81,30 @@ SUMMARY: dict[Phase, str] = {
     Phase.DRAINING: "read the engines' in-flight metrics until idle twice",
     Phase.SETTLING: "wait until the Pods are gone and the capacity released",
 }
+
+
+#: Timeouts that can strike an activity that never started (it waited in the task queue).
+_QUEUE_TIMEOUTS = {
+    TimeoutType.SCHEDULE_TO_START: "ScheduleToStart",
+    TimeoutType.SCHEDULE_TO_CLOSE: "ScheduleToClose",
+}
+
+
+def failure(name: str, e: ActivityError) -> str:
+    """Why activity ``name`` ended in ``e``, for a person.  An attempt that timed out before
+    it started could not start in time because no worker slot was free, which a generic
+    "timed out" would hide: a ScheduleToStart timeout always, a ScheduleToClose one when no
+    attempt started (``started_event_id`` unset: 0 on the server, -1 on the test server)."""
+    cause = e.cause
+    timeout = cause.type if isinstance(cause, ActivityTimeout) else None
+    kind = _QUEUE_TIMEOUTS.get(timeout) if timeout is not None else None
+    never_started = timeout is TimeoutType.SCHEDULE_TO_START or e.started_event_id <= 0
+    if kind is not None and never_started:
+        return (
+            f"{name} could not start in time: it waited in the task queue until its "
+            f"{kind} timeout (no worker slot free)"
+        )
+    return f"{name} failed: {cause or e}"
 
 
 class Steps:
@@ -128,6 +158,9 @@ class Steps:
             self._phase_input(s.phase_deadline),
             start_to_close_timeout=remaining + GRACE,
             schedule_to_close_timeout=remaining + GRACE,
+            # Not started by the phase deadline: the phase cannot be done, and the reason
+            # says why (``failure``) rather than a bare "no verdict by the deadline".
+            schedule_to_start_timeout=remaining,
             heartbeat_timeout=HEARTBEAT,
             retry_policy=SHORT,
             summary=SUMMARY[phase],
@@ -136,7 +169,7 @@ class Steps:
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
         done = await self._until_done(
-            handle, interruptible=abortable(phase), timeout=remaining + GRACE
+            handle, interruptible=abortable(phase), timeout=remaining + GRACE + BACKSTOP
         )
         now = workflow.now()
         if not done:
@@ -148,7 +181,7 @@ class Steps:
                 at=now,
                 phase=phase,
                 verdict=Verdict.UNKNOWN,
-                reason=f"{PHASE_ACTIVITY[phase].__name__} failed: {e.cause or e}",
+                reason=failure(PHASE_ACTIVITY[phase].__name__, e),
             )
         if obs.readings:
             self._update(last_readings=dict(obs.readings))
@@ -226,7 +259,7 @@ class Steps:
             }
             return Restored(
                 at=workflow.now(),
-                reason=f"restore failed: {e.cause or e}",
+                reason=failure("restore", e),
                 held=tuple(sorted(todo.items())),
             )
         self._update(restored=restored)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 import httpx
@@ -17,9 +19,10 @@ import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import ActivityEnvironment
 
-from activities import RetirementActivities
+from activities import RetirementActivities, polling
 from activities import drain as drain_module
 from activities.drain import OUTPUT_CAP
+from activities.metrics import drain_exec_reads
 from activities.oneshot import EXEC_TIMEOUT_S, SCRIPT
 from kube.api import ExecResult
 from kube.errors import Forbidden, Unavailable
@@ -105,12 +108,21 @@ def drain(
     on_beat: Callable[[int], None] | None = None,
     resume: list[Any] | None = None,
     interval: float = 0.01,
+    queued_s: float = 0.0,
 ) -> Observation:
     """Run the drain activity (by default with a 10 ms poll interval) until ``seconds``
     from now; ``heartbeats`` gets each round's heartbeat, and ``on_beat`` is called with
-    the number of rounds heartbeated so far."""
+    the number of rounds heartbeated so far.  ``queued_s``: how long the attempt waited in
+    the task queue before it started (scheduled to started, as the server stamps them)."""
     beats: list[Any] = [] if heartbeats is None else heartbeats
     env = recording_env(beats, on_beat=on_beat, resume=resume)
+    if queued_s:
+        started = datetime.now(UTC)
+        env.info = replace(
+            env.info,
+            current_attempt_scheduled_time=started - timedelta(seconds=queued_s),
+            started_time=started,
+        )
     inp = PhaseInput(
         target=target,
         deadline=datetime.now(UTC) + timedelta(seconds=seconds),
@@ -776,3 +788,129 @@ def test_a_never_started_member_that_starts_meanwhile_fails_the_drain() -> None:
     kube.add_pod(single(container_id="containerd://late", ready="True"))  # it started
     obs = drain(kube, target)
     assert obs.verdict is Verdict.FAILED and "started since admission" in obs.reason
+
+
+# ---------------------------------------------------------------- read spacing (issue 9)
+
+
+@pytest.fixture
+def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The waits the drain asks for between rounds, recorded instead of slept (so a test
+    can use the real 1 s poll interval and a 240 s budget and still take milliseconds)."""
+    asked: list[float] = []
+    monkeypatch.setattr(polling, "wait_heartbeating", lambda s, _details: asked.append(s))
+    return asked
+
+
+def test_busy_reads_are_spaced_out_and_idle_reads_follow_quickly(waits: list[float]) -> None:
+    """A busy engine is read after 2, 4, 8, 8 s (the bound); once it reads idle the next
+    read follows after the 1 s poll interval, and two consecutive idle reads with unchanged
+    counters VERIFY, as before."""
+    kube, target = admitted()
+    kube.script_exec("llm-1", busy(20), busy(20), busy(20), busy(20), IDLE)
+    obs = drain(kube, target, seconds=240.0, interval=1.0)
+    assert obs.verdict is Verdict.VERIFIED and obs.polls == 6
+    assert obs.reason == "idle on two consecutive complete reads, counters unchanged"
+    assert waits == [2.0, 4.0, 8.0, 8.0, 1.0]
+    assert len(kube.called("exec_pod")) == 6  # one exec per round: nothing skipped
+
+
+def test_nearly_idle_or_incomplete_reads_are_followed_quickly(waits: list[float]) -> None:
+    kube, target = admitted()
+    failed = ExecResult(error="exec failed: ApiException")
+    kube.script_exec("llm-1", busy(20), busy(20), busy(2), busy(20), failed, busy(1), IDLE)
+    obs = drain(kube, target, seconds=240.0, interval=1.0)
+    assert obs.verdict is Verdict.VERIFIED and obs.polls == 8
+    assert waits == [2.0, 4.0, 1.0, 2.0, 1.0, 1.0, 1.0]
+
+
+def test_moving_counters_still_need_two_idle_reads_after_a_busy_spell(waits: list[float]) -> None:
+    """Spacing changes only the waits: idle reads whose counters moved are not the pair;
+    the rule VERIFIES only on two consecutive idle reads with unchanged counters."""
+    kube, target = admitted()
+    kube.script_exec("llm-1", busy(20), busy(20), idle((6, 9)), idle((6, 10)), idle((6, 10)))
+    beats: list[Any] = []
+    obs = drain(kube, target, seconds=240.0, interval=1.0, heartbeats=beats)
+    assert obs.verdict is Verdict.VERIFIED and obs.polls == 5
+    assert [b.progress.previous_idle is not None for b in beats] == [False, False, True, True, True]
+    assert waits == [2.0, 4.0, 1.0, 1.0]
+
+
+def test_the_spacing_shrinks_near_the_deadline(waits: list[float]) -> None:
+    """Never more than a quarter of the time left: a busy engine read with 12 s left is
+    read again within 3 s, so two idle reads still fit if it goes quiet."""
+    kube, target = admitted()
+    kube.script_exec("llm-1", busy(20), busy(20), busy(20), IDLE)
+    obs = drain(kube, target, seconds=12.0, interval=1.0)
+    assert obs.verdict is Verdict.VERIFIED and obs.polls == 5
+    near_3 = pytest.approx(3.0, abs=0.05)
+    assert waits == [2.0, near_3, near_3, 1.0]
+
+
+def test_the_spacing_is_slept_for_real() -> None:
+    """Without the recording stub: the busy rounds take longer than the idle ones."""
+    kube, target = admitted()
+    at: list[float] = []
+
+    def timed(result: ExecResult) -> Callable[[list[str]], ExecResult]:
+        def answer(argv: list[str]) -> ExecResult:
+            at.append(time.monotonic())
+            return result
+
+        return answer
+
+    kube.script_exec("llm-1", timed(busy(20)), timed(busy(20)), timed(busy(20)), timed(IDLE))
+    obs = drain(kube, target, seconds=30.0, interval=0.05)
+    assert obs.verdict is Verdict.VERIFIED and obs.polls == 5
+    gaps = [b - a for a, b in pairwise(at)]
+    assert gaps[0] >= 0.1 and gaps[1] >= 0.2 and gaps[2] >= 0.4  # 2, 4, 8 x 50 ms
+    assert gaps[3] < gaps[2] / 2  # after the first idle read: the 50 ms interval
+
+
+def test_every_drain_exec_is_counted() -> None:
+    kube, target = admitted()
+    kube.script_exec("llm-1", busy(20), IDLE)
+    before = drain_exec_reads()
+    obs = drain(kube, target)
+    assert obs.verdict is Verdict.VERIFIED
+    assert drain_exec_reads() - before == len(kube.called("exec_pod")) == 3
+
+
+def test_a_refused_read_is_not_an_exec() -> None:
+    kube, target = admitted()
+    bad = target.model_copy(
+        update={"members": [target.members[0].model_copy(update={"metrics_path": "/m?x=$(id)"})]}
+    )
+    before = drain_exec_reads()
+    drain(kube, bad, seconds=0.0)
+    assert drain_exec_reads() == before
+
+
+# ---------------------------------------------------------------- queueing (issue 9)
+
+
+def test_an_attempt_that_started_late_says_so_when_it_ends_unknown() -> None:
+    """A saturated worker let the attempt wait 42 s in the task queue: the budget it ate is
+    told in the reason the phase ends with."""
+    kube, target = admitted()
+    kube.script_exec("llm-1", busy(3))
+    obs = drain(kube, target, seconds=0.05, queued_s=42.0)
+    assert obs.verdict is Verdict.UNKNOWN
+    assert obs.reason == (
+        "llm-1: 3 in flight; this attempt started 42 s after it was scheduled (worker busy)"
+    )
+
+
+def test_an_ordinary_dispatch_latency_is_not_told() -> None:
+    kube, target = admitted()
+    kube.script_exec("llm-1", busy(3))
+    obs = drain(kube, target, seconds=0.05, queued_s=0.5)
+    assert obs.reason == "llm-1: 3 in flight"
+
+
+def test_a_verdict_reached_despite_a_late_start_is_not_annotated() -> None:
+    kube, target = admitted()
+    kube.script_exec("llm-1", IDLE)
+    obs = drain(kube, target, queued_s=42.0)
+    assert obs.verdict is Verdict.VERIFIED
+    assert obs.reason == "idle on two consecutive complete reads, counters unchanged"
