@@ -22,11 +22,11 @@ from activities.routers import (
     RouterObserver,
     RouterView,
     canonical_ip,
-    observer_for,
+    resolve,
     worker_host,
     worker_url,
 )
-from activities.withdrawal import router_base, router_kind, router_pods, services_missing
+from activities.withdrawal import router_kind, router_pods, services_missing
 from kube.api import KubeApi
 from kube.members import ELIGIBLE_VALUE, LabelChange, MemberGone, read_member, set_eligibility
 from kube.objects import Pod, pod_ready
@@ -170,16 +170,20 @@ class _Routers:
             return []
         reasons: list[str] = []
         for pod in pods:
-            kind = router_kind(pod, self._target)
-            obs, base = observer_for(kind), router_base(pod)
-            if obs is None or base is None:
-                reasons.append(f"router {pod.name}: cannot observe router kind {kind!r}")
+            found = resolve(pod, router_kind(pod, self._target))
+            if isinstance(found, str):
+                reasons.append(f"router {pod.name}: cannot observe: {found}")
                 continue
+            obs, base = found
             view = self._view(pod, obs, base)
-            if not view.fresh(time.time()):
-                reasons.append(f"router {pod.name}: no fresh answer: {view.error or 'stale'}")
+            stale = view.stale(time.time())
+            if stale:
+                reasons.append(f"router {pod.name}: no fresh answer: {stale}")
                 continue
-            if view.selecting(addresses):
+            if view.selecting(addresses, {m.pod}):
+                continue
+            if not obs.active:  # llm-d: nothing to ask, it picks the member up by itself
+                reasons.append(f"router {pod.name} does not select it yet (passive: waiting)")
                 continue
             url = self._url(pod, view, m, addresses)
             if url is None:

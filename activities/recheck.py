@@ -10,8 +10,14 @@ So every drain round reads again (after that round's idle reads):
 - the EndpointSlices of the namespace (but the per-replica headless Services') and every
   router Pod of the deployment, through the same helpers withdrawal uses
   (``activities.withdrawal``): a slice listing a target again (any of its addresses, or its
-  UID as ``targetRef``), a router selecting one, no fresh or no readable answer, or a read
-  that failed reads UNKNOWN (the round is not idle).
+  UID as ``targetRef``), a router selecting one, no fresh or no readable answer, a router
+  that restarted since an earlier round of this drain (its ``boot_generation`` changed: a
+  restarted router's earlier confirmations do not count), or a read that failed reads
+  UNKNOWN (the round is not idle).
+
+The boot generations seen are kept per drain attempt: the caller passes a ``Generations``,
+or they are kept with the HTTP client the drain opened for the attempt (one client per
+attempt, so a new attempt starts afresh).
 
 Nothing here writes: no label change, no router removal call.  A router-less deployment
 has no router to ask (the drain's counter check covers established connections).
@@ -19,13 +25,13 @@ has no router to ask (the drain's counter check covers established connections).
 
 from __future__ import annotations
 
-import time
+import weakref
 from dataclasses import dataclass, field
 
 import httpx
 
-from activities.routers import observer_for
-from activities.withdrawal import router_base, router_kind, router_pods, services_listing
+from activities.routers import Generations
+from activities.withdrawal import read_router, router_pods, services_listing
 from kube.api import KubeApi
 from kube.errors import KubeError
 from kube.members import MemberGone, read_member
@@ -72,7 +78,21 @@ def labels_still_off(api: KubeApi, target: Target) -> Recheck:
     )
 
 
-def still_withdrawn(api: KubeApi, target: Target, http: httpx.Client) -> Recheck:
+#: The generations seen by each drain attempt, kept with the attempt's HTTP client.
+_SEEN: weakref.WeakKeyDictionary[httpx.Client, Generations] = weakref.WeakKeyDictionary()
+
+
+def generations_of(http: httpx.Client) -> Generations:
+    """The router generations seen through ``http`` (one drain attempt's client)."""
+    seen = _SEEN.get(http)
+    if seen is None:
+        seen = _SEEN[http] = Generations()
+    return seen
+
+
+def still_withdrawn(
+    api: KubeApi, target: Target, http: httpx.Client, generations: Generations | None = None
+) -> Recheck:
     """Read again, without changing anything, that the withdrawal still holds."""
     labels = labels_still_off(api, target)
     if labels.verdict is not Verdict.VERIFIED:
@@ -91,8 +111,9 @@ def still_withdrawn(api: KubeApi, target: Target, http: httpx.Client) -> Recheck
         return Recheck(Verdict.UNKNOWN, f"router Pods could not be listed: {_http(e)}", readings)
     if not routers and target.router:
         readings["routers"] = f"router {target.router} declared but no router Pod found"
+    seen = generations_of(http) if generations is None else generations
     for pod in routers:
-        readings.update(_router(http, pod, target, addresses))
+        readings.update(_router(http, pod, target, addresses, seen))
     if readings:
         return Recheck(
             Verdict.UNKNOWN, "; ".join(f"{k} {v}" for k, v in readings.items()), readings
@@ -100,22 +121,20 @@ def still_withdrawn(api: KubeApi, target: Target, http: httpx.Client) -> Recheck
     return Recheck(Verdict.VERIFIED, "no Service lists and no router selects a target")
 
 
-def _router(http: httpx.Client, pod: Pod, target: Target, addresses: set[str]) -> dict[str, str]:
+def _router(
+    http: httpx.Client, pod: Pod, target: Target, addresses: set[str], seen: Generations
+) -> dict[str, str]:
     """One router Pod's reading when it does not confirm the withdrawal (else nothing)."""
-    kind = router_kind(pod, target)
     name = f"router/{pod.name}"
     try:
-        obs = observer_for(kind)
-        base = router_base(pod)
-        if obs is None or base is None:
-            return {name: f"cannot be observed (router kind {kind!r})"}
-        view = obs.view(http, base)
-        if not view.fresh(time.time()):
-            return {name: f"gave no fresh answer: {view.error or 'stale'}"}
-        still = view.selecting(addresses)
+        read = read_router(http, pod, target, seen)
+        if isinstance(read, str):
+            return {name: read if read.startswith("cannot") else f"gave {read}"}
+        _, _, view = read
+        still = view.holding(addresses, {m.pod for m in target.members})
     except Exception as e:  # an answer that cannot be read never confirms anything
         return {name: f"answer unreadable: {type(e).__name__}"}
-    return {name: f"still selects {', '.join(still)}"} if still else {}
+    return {name: view.describe(still)} if still else {}
 
 
 def _http(e: KubeError) -> str:

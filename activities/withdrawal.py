@@ -15,7 +15,7 @@ from temporalio.exceptions import CancelledError
 
 from activities.drain import Replaced, sample_member
 from activities.polling import cancel_seen, poll_until, resumed
-from activities.routers import TIMEOUT_S, canonical_ip, observer_for
+from activities.routers import TIMEOUT_S, Generations, RouterObserver, RouterView, resolve
 from kube.api import KubeApi
 from kube.errors import KubeError
 from kube.members import MemberGone, read_member
@@ -113,27 +113,26 @@ def router_pods(api: KubeApi, target: Target) -> list[Pod]:
 
 
 def router_kind(pod: Pod, target: Target) -> str:
-    """The kind of a router Pod (its label, else the deployment's declared router)."""
-    return pod.labels.get(LABEL_ROUTER) or target.router or ""
+    """The kind of a router Pod: the deployment's declared router (``spec.router``, bound at
+    admission), whatever the Pod's router label says ("" when none is declared)."""
+    return target.router or ""
 
 
-def _router_base(pod: Pod) -> str | None:
-    if not pod.pod_ip:
-        return None
-    ip = canonical_ip(pod.pod_ip)
-    if ip is None:
-        return None
-    host = f"[{ip}]" if ":" in ip else ip
-    for c in pod.containers:
-        for port in c.ports:
-            if port.name == "http" or port.name is None:
-                return f"http://{host}:{port.container_port}"
-    return None
-
-
-def router_base(pod: Pod) -> str | None:
-    """The base URL of a router Pod's API (its ``http`` or unnamed port), or None."""
-    return _router_base(pod)
+def read_router(
+    http: httpx.Client, pod: Pod, target: Target, generations: Generations
+) -> tuple[RouterObserver, str, RouterView] | str:
+    """One router Pod's answer that may count, with its observer and base URL, or why there
+    is none: the Pod cannot be observed (unknown kind, no address), the answer failed or is
+    stale, or the router restarted since an earlier answer of this phase."""
+    found = resolve(pod, router_kind(pod, target))
+    if isinstance(found, str):
+        return f"cannot observe: {found}"
+    obs, base = found
+    view = obs.view(http, base)
+    why = view.stale(time.time()) or generations.admit(pod.uid, view)
+    if why:
+        return f"no fresh answer: {why}"
+    return obs, base, view
 
 
 def withdraw(
@@ -147,6 +146,7 @@ def withdraw(
     requested = set(progress.removal_requested)
     quiet: dict[str, object] = {}
     known: dict[str, set[str]] = {}
+    generations = Generations()  # per router Pod, within this attempt of the phase
 
     with httpx.Client(trust_env=False, timeout=TIMEOUT_S, transport=transport) as http:
 
@@ -174,27 +174,24 @@ def withdraw(
                     readings["routers"] = why
                     if verdict is not Verdict.VERIFIED:
                         pending.append(why)
+            pods = {m.pod for m in target.members}
             for pod in routers:
-                kind = router_kind(pod, target)
                 name = f"router/{pod.name}"
-                obs = observer_for(kind)
-                base = _router_base(pod)
-                if obs is None or base is None:
-                    readings[name] = f"cannot observe router kind {kind!r}"
-                    pending.append(readings[name])
+                read = read_router(http, pod, target, generations)
+                if isinstance(read, str):
+                    readings[name] = read
+                    pending.append(f"router {pod.name}: {read}")
                     continue
-                view = obs.view(http, base)
-                if not view.fresh(time.time()):
-                    readings[name] = f"no fresh answer: {view.error or 'stale'}"
-                    pending.append(readings[name])
-                    continue
-                still = view.selecting(targets)
+                obs, base, view = read
+                still = view.holding(targets, pods)
                 if not still:
                     readings[name] = "selects no target"
                     continue
-                readings[name] = f"still selects {', '.join(still)}"
-                pending.append(readings[name])
-                for url in still:  # ask actively; the next poll verifies
+                readings[name] = view.describe(still)
+                pending.append(f"router {pod.name} {readings[name]}")
+                if not obs.active:
+                    continue  # passive (llm-d): it drops the member once the label is gone
+                for url in (w for w in still if w in view.workers):  # ask; the next poll verifies
                     if cancel_seen():
                         raise CancelledError("cancelled before asking a router to remove")
                     key = f"{pod.uid}|{url}"

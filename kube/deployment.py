@@ -223,10 +223,25 @@ def _role(r: _Reader, raw: Any, i: int) -> Role:
 
 
 def _router(r: _Reader, raw: Any) -> str | None:
-    """``spec.router``: absent, a kind string, or an object with ``kind``."""
+    """``spec.router``: absent, a kind string, or an object naming the kind in ``name``
+    (gpustack's spelling: ``vllm-router``, ``sglang-gateway``, ``llm-d-router``) or
+    ``kind`` (this project's CRD).  Both given and different is malformed: which router runs
+    decides which observer may prove a withdrawal, so it is never guessed.  Which kinds have
+    an observer is not decided here (``activities.routers``): an unknown kind parses, and
+    its router Pods read UNKNOWN."""
     if raw is None:
         return None
     if isinstance(raw, str):
         return raw or None
-    kind = r.obj(raw, "spec.router").get("kind")
-    return r.text(kind, "spec.router.kind") or None if kind is not None else None
+    router = r.obj(raw, "spec.router")
+    named = {
+        key: r.text(router[key], f"spec.router.{key}")
+        for key in ("name", "kind")
+        if router.get(key) is not None
+    }
+    if len(set(named.values())) > 1:
+        raise r.fail(
+            f"spec.router.name {named['name'][:60]!r} and spec.router.kind "
+            f"{named['kind'][:60]!r} disagree"
+        )
+    return next(iter(named.values()), "") or None

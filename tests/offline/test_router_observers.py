@@ -21,11 +21,13 @@ from activities import withdrawal
 from activities.routers import (
     FRESHNESS_S,
     OBSERVERS,
+    LlmdPicker,
     RouterObserver,
     RouterView,
     SGLangGateway,
     VllmRouter,
     observer_for,
+    router_base,
 )
 from kube.objects import Pod
 from retirement.models import (
@@ -306,8 +308,8 @@ def test_an_unparsable_worker_url_reads_unknown() -> None:
 
 def test_an_ipv6_router_pod_is_observed() -> None:
     pod = Pod.from_raw(router_pod(name="router-v6", kind="vllm-router", ip="fd00::2"))
-    base = withdrawal._router_base(pod)
-    assert base is not None
+    base = router_base(pod, VllmRouter())
+    assert base == "http://[fd00::2]:30000"
     with http_client(answering(200, vllm_urls(OTHER_URL))) as http:
         view = VllmRouter().view(http, base)
     assert view.error == "" and view.workers == {OTHER_URL: ""}
@@ -364,17 +366,27 @@ def test_a_removal_that_times_out_does_not_raise(observer: RouterObserver) -> No
 # ------------------------------------------------------------------ router kinds
 
 
-def test_observers_exist_for_exactly_the_two_router_kinds() -> None:
-    assert set(OBSERVERS) == {"sglang-gateway", "vllm-router"}
-    assert isinstance(observer_for("sglang-gateway"), SGLangGateway)
-    assert isinstance(observer_for("vllm-router"), VllmRouter)
+def test_observers_exist_for_exactly_the_known_router_kinds() -> None:
+    assert set(OBSERVERS) == {"sglang-gateway", "smg", "vllm-router", "llm-d", "llm-d-router"}
+    assert isinstance(observer_for("sglang-gateway", {}), SGLangGateway)
+    assert isinstance(observer_for("smg", {}), SGLangGateway)
+    assert isinstance(observer_for("vllm-router", {}), VllmRouter)
+    assert isinstance(observer_for("llm-d", {}), LlmdPicker)
+    assert isinstance(observer_for("llm-d-router", {}), LlmdPicker)
+    assert {k: o.active for k, o in OBSERVERS.items()} == {
+        "sglang-gateway": True,
+        "smg": True,
+        "vllm-router": True,
+        "llm-d": False,
+        "llm-d-router": False,
+    }
 
 
 @pytest.mark.parametrize(
     "kind",
     [
-        "llm-d",
         "",
+        "llm_d",
         "SGLang-Gateway",
         "vllm_router",
         "sglang",
@@ -539,22 +551,34 @@ def test_withdraw_holds_when_a_router_times_out(routed: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    "pod",
+    ("pod", "router", "why"),
     [
-        router_pod(kind="llm-d"),
-        router_pod(kind="nginx"),
-        router_pod(kind=""),
-        router_pod(ip=None),
-        router_pod(port_name="metrics"),
+        (router_pod(kind="nginx"), "nginx", "unknown router kind 'nginx'"),
+        (router_pod(kind="vllm-router"), "Vllm-Router", "unknown router kind 'Vllm-Router'"),
+        (router_pod(kind="vllm-router"), None, "declares no router kind"),
+        (router_pod(ip=None), "vllm-router", "no IP address yet"),
+        (router_pod(ip="not-an-ip"), "vllm-router", "no IP address yet"),
     ],
-    ids=["llm-d", "unknown-kind", "empty-kind-label", "no-ip", "no-http-port"],
+    ids=["unknown-kind", "kind-case", "no-declared-kind", "no-ip", "bad-ip"],
 )
-def test_withdraw_holds_on_a_router_it_cannot_observe(routed: Any, pod: dict[str, Any]) -> None:
+def test_withdraw_holds_on_a_router_it_cannot_observe(
+    routed: Any, pod: dict[str, Any], router: str | None, why: str
+) -> None:
     log = routed(answering(200, vllm_urls()))
-    obs = run_withdraw(cluster(pod), router="llm-d")
+    obs = run_withdraw(cluster(pod), router=router)
     assert obs.verdict is Verdict.UNKNOWN
-    assert "cannot observe router" in obs.reason
+    assert obs.readings["router/router-0"].startswith("cannot observe: ")
+    assert why in obs.reason
     assert log == []
+
+
+def test_the_router_kind_is_the_deployments_whatever_the_pod_label_says(routed: Any) -> None:
+    """Router Pods are found by the router label whatever its value; the observer is the
+    one of the deployment's ``spec.router``."""
+    log = routed(answering(200, vllm_urls(OTHER_URL)))
+    obs = run_withdraw(cluster(router_pod(kind="anything")), router="vllm-router")
+    assert obs.verdict is Verdict.VERIFIED, obs
+    assert [(r.method, r.url.path) for r in log] == [("GET", "/list_workers")]
 
 
 def test_withdraw_holds_while_a_declared_router_has_no_pod(routed: Any) -> None:
@@ -581,11 +605,11 @@ def test_withdraw_holds_while_a_service_lists_a_target(routed: Any) -> None:
 def test_withdraw_with_two_routers_holds_until_both_stop_selecting(routed: Any) -> None:
     def handle(request: httpx.Request) -> httpx.Response:
         if request.url.host == "198.18.1.3":
-            return httpx.Response(200, json=vllm_urls(TARGET_URL))
+            return httpx.Response(200, json=sglang_workers(TARGET_URL))
         return httpx.Response(200, json=sglang_workers(OTHER_URL))
 
     routed(handle)
-    routers = [router_pod(), router_pod(name="router-1", kind="vllm-router", ip="198.18.1.3")]
+    routers = [router_pod(), router_pod(name="router-1", ip="198.18.1.3")]
     obs = run_withdraw(cluster(*routers))
     assert obs.verdict is Verdict.UNKNOWN
     assert obs.readings["router/router-0"] == "selects no target"
