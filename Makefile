@@ -18,6 +18,7 @@ venv: $(STAMP)
 # Real control-plane binaries, built once into ~/.cache/llm-retire (keyed by version).
 bins:
 	bash testbed/build.sh
+	bash testbed/build_kustomize.sh >/dev/null
 
 # The main job on the embedded default: Temporal dev server + UI and the local cluster.
 demo: venv bins
@@ -31,8 +32,10 @@ test: venv bins
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
+# Benchmarks: `make bench` runs all; `make bench BENCH="watcher --fleets 10,100"` one.
+BENCH ?=
 bench: venv bins
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(BENCH)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
