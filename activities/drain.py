@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 import httpx
 
-from activities.metrics import DRAIN_EXEC_READS
+from activities.metrics import count_exec_read
 from activities.oneshot import EXEC_TIMEOUT_S, command, valid_path, valid_port, valid_scheme
 from activities.polling import poll_until, resumed, seconds_left
 from kube.api import KubeApi
@@ -68,7 +68,6 @@ def exec_oneshot(api: KubeApi, target: Target, m: MemberTarget) -> tuple[str, st
     except ValueError as e:
         return "", f"read refused: {e}"
     argv = command(port=port, scheme=scheme, path=path, names=SERIES[target.engine].all)
-    DRAIN_EXEC_READS.inc()
     result = api.exec_pod(
         namespace=target.namespace,
         name=m.pod,
@@ -77,6 +76,7 @@ def exec_oneshot(api: KubeApi, target: Target, m: MemberTarget) -> tuple[str, st
         timeout_s=EXEC_TIMEOUT_S,
         output_cap=OUTPUT_CAP,
     )
+    count_exec_read(failed=bool(result.error) or result.exit_code not in (0, None))
     if result.error:
         return "", result.error
     if result.exit_code not in (0, None):

@@ -1,21 +1,48 @@
 """What the activities cost the API server, counted in this worker process.
 
 Each drain read is one ``pods/exec`` through the API server, the dearest call a retirement
-makes; the counter lets a benchmark (or a scrape of the default registry, if the worker
-ever serves one) report a fleet's cost in execs per second.  Defined once, at import: this
-module starts no server.
+makes.  Inside an activity each read (and each failed one) is also counted on Temporal's
+activity metric meter, which the worker exports with the SDK's own metrics
+(``worker/telemetry.py``): ``retire_drain_exec_reads`` and ``retire_drain_exec_errors``.
+The process-wide totals serve tests and benchmarks that call the activities directly.
 """
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, Counter
+import threading
 
-DRAIN_EXEC_READS = Counter(
-    "retire_drain_exec_reads",  # exposed as retire_drain_exec_reads_total
-    "Drain reads: pods/exec calls into a measured member's engine container",
-)
+from temporalio import activity
+
+#: Every metric this module exports, by Prometheus type.
+EXPORTED = {"retire_drain_exec_reads": "counter", "retire_drain_exec_errors": "counter"}
+
+_lock = threading.Lock()
+_totals = {"reads": 0, "errors": 0}
+
+
+def count_exec_read(*, failed: bool) -> None:
+    """One drain exec was made (``failed``: it gave no usable output)."""
+    with _lock:
+        _totals["reads"] += 1
+        _totals["errors"] += int(failed)
+    if activity.in_activity():
+        meter = activity.metric_meter()
+        meter.create_counter(
+            "retire_drain_exec_reads", "Drain reads: pods/exec into an engine container"
+        ).add(1)
+        if failed:
+            meter.create_counter(
+                "retire_drain_exec_errors", "Drain reads that failed (no usable output)"
+            ).add(1)
 
 
 def drain_exec_reads() -> float:
     """How many drain execs this process has made so far (for a benchmark's rate)."""
-    return REGISTRY.get_sample_value("retire_drain_exec_reads_total") or 0.0
+    with _lock:
+        return float(_totals["reads"])
+
+
+def drain_exec_errors() -> float:
+    """How many of them failed."""
+    with _lock:
+        return float(_totals["errors"])

@@ -8,6 +8,7 @@ import threading
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import Runtime
 
 from connection.settings import ConnectionSettings
 
@@ -16,11 +17,12 @@ log = logging.getLogger("retire-connection")
 MAX_RETRY_DELAY_S = 15.0
 
 
-async def connect(settings: ConnectionSettings) -> Client:
+async def connect(settings: ConnectionSettings, *, runtime: Runtime | None = None) -> Client:
     """One connection attempt; RuntimeError when the server cannot be reached.
 
     Every payload of the project is a pydantic model, so every client uses the pydantic
     data converter; a client without it would fail on the first workflow argument.
+    ``runtime``: the SDK runtime (the worker's serves its metrics), else the default.
     """
     return await Client.connect(
         settings.address,
@@ -29,6 +31,7 @@ async def connect(settings: ConnectionSettings) -> Client:
         tls=settings.tls,
         rpc_metadata=settings.rpc_metadata,
         data_converter=pydantic_data_converter,
+        runtime=runtime,
     )
 
 

@@ -17,6 +17,7 @@ from connection.errors import ConnectionConfigError
 from kube.client import Kube
 from worker.build import build_worker
 from worker.config import WorkerConfig
+from worker.telemetry import runtime_serving_metrics
 
 __all__ = ["build_worker", "main", "serve"]  # build_worker: re-exported for older importers
 
@@ -25,7 +26,10 @@ log = logging.getLogger("retire-worker")
 
 async def serve(cfg: WorkerConfig) -> None:
     """Connect, run the worker, and shut it down gracefully on a signal."""
-    client = await connect(cfg.connection)
+    runtime = runtime_serving_metrics(cfg.metrics_address) if cfg.metrics_address else None
+    client = await connect(cfg.connection, runtime=runtime)
+    if cfg.metrics_address:
+        log.info("metrics on http://%s/metrics", cfg.metrics_address)
     kube = Kube.from_config(kubeconfig=cfg.kubeconfig, connections=cfg.max_concurrent_activities)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

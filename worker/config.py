@@ -19,6 +19,8 @@ class WorkerConfig:
     task_queue: str
     kubeconfig: str | None
     max_concurrent_activities: int
+    #: ``host:port`` of the Prometheus endpoint (SDK and product metrics); None: off.
+    metrics_address: str | None = None
 
     @classmethod
     def parse(
@@ -29,11 +31,14 @@ class WorkerConfig:
         a = p.parse_args(argv)
         if a.max_concurrent_activities < 1:
             p.error("--max-concurrent-activities must be at least 1")
+        if a.metrics_address and not _host_port(a.metrics_address):
+            p.error(f"--metrics-address {a.metrics_address!r} is not HOST:PORT")
         return cls(
             connection=resolve(ConnectionFlags.from_args(a), environ=environ),
             task_queue=a.task_queue,
             kubeconfig=a.kubeconfig,
             max_concurrent_activities=a.max_concurrent_activities,
+            metrics_address=a.metrics_address or None,
         )
 
 
@@ -64,4 +69,15 @@ def parser(*, environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParse
         help="activity slots, one thread each (a retirement holds at most two at once: its "
         f"phase and a status publish); default {DEFAULT_MAX_ACTIVITIES}",
     )
+    p.add_argument(
+        "--metrics-address",
+        default=environ.get("RETIRE_METRICS_ADDRESS") or None,
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics (the SDK's and the product's) at http://HOST:PORT/metrics",
+    )
     return p
+
+
+def _host_port(text: str) -> bool:
+    host, sep, port = text.rpartition(":")
+    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)

@@ -1,5 +1,6 @@
-"""The mirror of a retirement outside Temporal: typed search attributes for the UI, and
-``status.retirement`` plus an Event on the ModelDeployment for kubectl users.
+"""The mirror of a retirement outside Temporal: typed search attributes for the UI, its
+metrics (``workflows.metrics``), and ``status.retirement`` plus an Event on the
+ModelDeployment for kubectl users.
 
 The workflow is the truth; the mirror never delays a protocol step.  Search attributes are
 upserted in place (a command, no round trip).  Publishing runs in a background task that
@@ -27,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from activities import RetirementActivities
     from retirement.models import PublishInput, RetirementRequest, RetirementState
     from retirement.phases import Outcome, Phase
+    from workflows.metrics import RetirementMetrics
     from workflows.options import PUBLISH_SCHEDULE_TIMEOUT, PUBLISH_TIMEOUT, SHORT
     from workflows.story import current
 
@@ -99,6 +101,7 @@ class Mirror:
         self._outcome = already.outcome if already else Outcome.RUNNING
         self._reason = already.reason if already else ""
         self.failures: list[str] = []
+        self._metrics = RetirementMetrics(already=already)
 
     def show(self, s: RetirementState, *, clear: bool = False) -> None:
         """Mirror ``s``: upsert the search attributes on a phase or outcome change; queue
@@ -106,6 +109,7 @@ class Mirror:
         or one for a changed outcome; ``clear`` marks the last one final.  The UI's
         current details follow every change (no history cost)."""
         workflow.set_current_details(current(s, workflow.now()))
+        self._metrics.show(s)
         if self._upserted != (s.phase, s.outcome):
             self._upserted = (s.phase, s.outcome)
             req = s.request

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from retirement.drain import MAX_READ_SPACING_S
 from retirement.models import RetirementRequest, RetirementState
 from retirement.phases import Outcome
 
@@ -28,7 +29,8 @@ def details(req: RetirementRequest) -> str:
         f"**Deployment** {req.namespace}/{req.deployment}",
         f"**Replica** {req.role}:{req.ordinal} ({req.intent})",
         f"**Budgets** overall {b.overall_s:g} s, withdrawal {b.withdrawal_s:g} s, "
-        f"drain {b.drain_s:g} s, settle {b.settle_s:g} s; reads every {b.poll_interval_s:g} s",
+        f"drain {b.drain_s:g} s, settle {b.settle_s:g} s; reads every {b.poll_interval_s:g} s "
+        f"(drain reads up to {MAX_READ_SPACING_S:g} s apart while the engine is busy)",
         f"**Router-less policy** {req.routerless_policy}",
     ]
     if req.members:

@@ -1,0 +1,89 @@
+"""The worker's Prometheus endpoint on the real dev server: the SDK's own metrics and the
+product's (``workflows/metrics.py``) on one ``/metrics``, after a completed and a held
+retirement."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import urllib.request
+import uuid
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from connection.client import connect
+from connection.settings import ConnectionSettings
+from retirement.phases import Outcome, Phase
+from tests.helpers import eventually_async
+from tests.workflows.fakes import FakeWorld
+from tests.workflows.test_operating_on_dev_server import start, until
+from worker.telemetry import runtime_serving_metrics
+from workflows.options import HEARTBEAT_THROTTLE
+from workflows.retirement import RetirementWorkflow
+
+pytestmark = [pytest.mark.devserver, pytest.mark.asyncio(loop_scope="session")]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def scrape(address: str) -> str:
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as r:
+        body: bytes = r.read()
+        return body.decode()
+
+
+async def test_the_worker_serves_sdk_and_retirement_metrics(dev_env: WorkflowEnvironment) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    target = dev_env.client.service_client.config.target_host
+    client = await connect(
+        ConnectionSettings(address=target, namespace="default"),
+        runtime=runtime_serving_metrics(address),
+    )
+    world, queue = FakeWorld(), f"tq-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[RetirementWorkflow],
+        activities=world.activities(),
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+    ):
+        done = await start(client, queue)
+        await asyncio.wait_for(done.result(), 30)
+        world.behaviour["drain"] = "failed"
+        held = await start(client, queue)
+        await until(held, Phase.ABORTED, Outcome.ABORTED)
+        ref = held.id.removeprefix("retirement/")
+
+        wanted = [
+            ("retire_retirements", 'outcome="Completed"'),
+            ("retire_retirements", 'outcome="Aborted"'),
+            ("retire_phase_duration_seconds_count", 'phase="Draining"'),
+            ("retire_retirements_held", f'deployment="{ref}"'),
+            ("retire_members_held", f'deployment="{ref}"'),
+            ("temporal_workflow_task_execution_latency_count", ""),
+        ]
+
+        def has_all() -> str | None:
+            text = scrape(address)
+            lines = text.splitlines()
+            found = all(
+                any(x.startswith(name + "{") and label in x for x in lines)
+                for name, label in wanted
+            )
+            return text if found else None
+
+        text = await eventually_async(
+            lambda: asyncio.to_thread(has_all), what="every metric", timeout=20, interval=0.5
+        )
+        held_line = next(
+            x for x in text.splitlines() if x.startswith("retire_retirements_held{") and ref in x
+        )
+        assert held_line.endswith(" 1"), held_line
+        await held.cancel()
