@@ -7,19 +7,22 @@ stalled API server costs a bounded wait, never a hung activity or watcher pass.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client, config
 
 from kube.api import ExecResult
-from kube.errors import translated
+from kube.errors import NotFound, translated
 from kube.objects import EndpointSlice, Pod, Service, Workload
 from kube.podexec import run_exec
 from retirement.names import FIELD_MANAGER, GROUP, KUEUE_WORKLOAD_API, PLURAL, VERSION
 
 #: Default bound of one API request (connect and read), in seconds.
 REQUEST_TIMEOUT_S = 10.0
+#: How long a discovered API version is trusted before it is read again, in seconds.
+DISCOVERY_TTL_S = 60.0
 #: Default size of the connection pool to the API server (the client's own default is
 #: 5 per CPU: 10 on this kind of machine, for a worker of 64 activity threads).
 CONNECTIONS = 64
@@ -35,6 +38,10 @@ class Kube:
     _core: client.CoreV1Api = field(init=False, repr=False, compare=False)
     _custom: client.CustomObjectsApi = field(init=False, repr=False, compare=False)
     _discovery: client.DiscoveryV1Api = field(init=False, repr=False, compare=False)
+    #: Discovered API versions: group -> (version, when read).
+    _served: dict[str, tuple[str, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
@@ -209,8 +216,33 @@ class Kube:
 
     # ------------------------------------------------------------ Workloads
 
+    def workload_api(self) -> tuple[str, str, str]:
+        """(group, version, plural) of Kueue's Workload as this cluster serves it: the
+        group's preferred version, discovered (``GET /apis``) and kept for
+        ``DISCOVERY_TTL_S``, never assumed: Kueue v0.17 prefers v1beta2 and still serves
+        v1beta1, a later one may serve only v1.  The Workload view reads only metadata
+        (name, UID, owners), the same in every version.  NotFound when Kueue's group is
+        not served (Kueue is not installed)."""
+        group, _, plural = KUEUE_WORKLOAD_API
+        known = self._served.get(group)
+        if known is not None and time.monotonic() - known[1] < DISCOVERY_TTL_S:
+            return group, known[0], plural
+        with translated("discover the API groups"):
+            groups = client.ApisApi(self.api).get_api_versions(_request_timeout=self.timeout_s)
+        for g in groups.groups or []:
+            if g.name == group:
+                preferred = g.preferred_version.version if g.preferred_version else None
+                version = preferred or (g.versions[0].version if g.versions else None)
+                if version:
+                    self._served[group] = (version, time.monotonic())
+                    return group, version, plural
+        self._served.pop(group, None)
+        raise NotFound(
+            f"discover {group}", status=404, reason="NotFound", detail="Kueue is not installed"
+        )
+
     def get_workload(self, *, namespace: str, name: str) -> Workload:
-        group, version, plural = KUEUE_WORKLOAD_API
+        group, version, plural = self.workload_api()
         with translated(f"read Workload {namespace}/{name}"):
             w = self._custom.get_namespaced_custom_object(
                 group, version, namespace, plural, name, _request_timeout=self.timeout_s
@@ -218,7 +250,7 @@ class Kube:
         return Workload.from_raw(w)
 
     def list_workloads(self, *, namespace: str) -> list[Workload]:
-        group, version, plural = KUEUE_WORKLOAD_API
+        group, version, plural = self.workload_api()
         with translated(f"list Workloads in {namespace}"):
             listing = self._custom.list_namespaced_custom_object(
                 group, version, namespace, plural, _request_timeout=self.timeout_s
@@ -226,7 +258,7 @@ class Kube:
         return [Workload.from_raw(w) for w in listing.get("items") or []]
 
     def delete_workload(self, *, namespace: str, name: str, uid: str) -> None:
-        group, version, plural = KUEUE_WORKLOAD_API
+        group, version, plural = self.workload_api()
         with translated(f"delete Workload {namespace}/{name}"):
             self._custom.delete_namespaced_custom_object(
                 group,

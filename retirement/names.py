@@ -25,6 +25,9 @@ ANNOTATION_PROM_SCHEME = "prometheus.io/scheme"
 ANNOTATION_PROM_PATH = "prometheus.io/path"
 
 ENGINE_CONTAINER = "main"
+#: Kueue's Workload: (group, a version every Kueue up to v0.17 serves, plural).  The client
+#: discovers the version the cluster prefers (``kube.client.Kube.workload_api``); the
+#: version here is what tests create Workloads with.
 KUEUE_WORKLOAD_API = ("kueue.x-k8s.io", "v1beta1", "workloads")
 
 FIELD_MANAGER = "llm-retire"
