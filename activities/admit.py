@@ -50,7 +50,21 @@ from retirement.names import (
     LABEL_ROLE_KIND,
 )
 from retirement.readings import SERIES
-from retirement.shape import MemberPod, member_index, read_shape, select_members, select_surplus
+from retirement.shape import (
+    REPLICA_SIZE_ENV,
+    MemberPod,
+    ShapeReading,
+    Wiring,
+    declared_wiring,
+    disagreement,
+    member_index,
+    read_shape,
+    read_wiring,
+    rendered_wiring,
+    select_members,
+    select_surplus,
+    shape_of,
+)
 
 
 class Refusal(Exception):
@@ -100,15 +114,22 @@ def _bind(api: KubeApi, inp: AdmitInput) -> Target:
         size = role.size
         if req.intent is IntentKind.DEPARTED_ROLE:
             raise Refusal(f"role {req.role} is still in the spec: not a departed role")
-        extra_args = list(role.extra_args)
-        cmd = None if role.command is None else list(role.command)
+        shape = read_shape(
+            engine=engine,
+            role_kind=kind,
+            size=size,
+            extra_args=list(role.extra_args),
+            command=None if role.command is None else list(role.command),
+            env=role.env,
+        )
+        if shape.supported:
+            refusal = _declared_against_running(engine, role, pods)
+            if refusal:
+                raise Refusal(refusal)
     else:
         # A departed role: its spec is gone, so its shape is read from what the Pods run.
         size = len(pods)
-        main = pods[0].container(ENGINE_CONTAINER)
-        extra_args = list(main.args) if main is not None else []
-        cmd = None
-    shape = read_shape(engine=engine, role_kind=kind, size=size, extra_args=extra_args, command=cmd)
+        shape = _departed_shape(engine, kind, size, pods)
     if req.intent is IntentKind.SURPLUS_SHED:
         named = set(req.members)
         targets = [p for p in pods if p.name in named]
@@ -194,6 +215,79 @@ def _role_kind(role: Role | None, pods: list[Pod]) -> str:
     if len(kinds) != 1:
         raise Refusal(f"members disagree on {LABEL_ROLE_KIND}: {sorted(kinds)}")
     return kinds.pop()
+
+
+def _running(engine: str, pod: Pod) -> tuple[Wiring | None, str | None]:
+    """What the Pod's ``main`` container runs: its wiring (None when it declares neither a
+    command nor args: nothing was rendered to read) and the replica size the operator
+    published to it (``GPUSTACK_REPLICA_SIZE``; None when absent or not a literal)."""
+    main = pod.container(ENGINE_CONTAINER)
+    if main is None:
+        return None, None
+    size = next((e.value for e in reversed(main.env) if e.name == REPLICA_SIZE_ENV), None)
+    if not main.command and not main.args:
+        return None, size
+    return rendered_wiring(engine=engine, command=main.command, args=main.args, env=main.env), size
+
+
+def _differences(diff: tuple[tuple[str, str, str], ...], first: str, second: str) -> str:
+    return "; ".join(f"{what} {a} ({first}) against {b} ({second})" for what, a, b in diff)
+
+
+def _declared_against_running(engine: str, role: Role, pods: list[Pod]) -> str:
+    """Why the role's declared wiring and what its Pods run disagree ("" when they agree):
+    the declared ``extraArgs`` and ``env`` against each member's ``main`` command line and
+    environment, and the declared size against the size the Pod was rendered for.  The
+    operator renders the declared arguments into every member, so a disagreement is a Pod
+    built from another spec than the one declared now: the shape cannot be decided."""
+    declared = declared_wiring(
+        engine=engine, size=role.size, extra_args=role.extra_args, env=role.env
+    )
+    for p in pods:
+        running, published = _running(engine, p)
+        if published is not None and published != str(role.size):
+            return (
+                f"role {role.name} declares size {role.size} and Pod {p.name} was rendered "
+                f"for size {published!r} ({REPLICA_SIZE_ENV}): which shape the replica has "
+                "cannot be decided"
+            )
+        if running is None:
+            continue
+        if running.problems:
+            return (
+                f"the command line Pod {p.name} runs cannot be read: {'; '.join(running.problems)}"
+            )
+        diff = disagreement(declared, running)
+        if diff:
+            return (
+                f"role {role.name} declares one wiring and Pod {p.name} runs another: "
+                f"{_differences(diff, 'declared', 'running')}; which shape the replica has "
+                "cannot be decided"
+            )
+    return ""
+
+
+def _departed_shape(engine: str, kind: str, size: int, pods: list[Pod]) -> ShapeReading:
+    """A departed role's shape, read from what its members run: the first member's command
+    line and environment (none rendered: no flags), which every other member must match."""
+    running = [(p, *_running(engine, p)) for p in pods]
+    first = next(((p, w, s) for p, w, s in running if w is not None), None)
+    if first is None:
+        return shape_of(
+            engine=engine, role_kind=kind, size=size, wiring=read_wiring(engine=engine, args=[])
+        )
+    lead, wiring, lead_size = first
+    for p, w, s in running:
+        diff = () if w is None else disagreement(wiring, w)
+        if s != lead_size and w is not None:
+            diff = (*diff, (REPLICA_SIZE_ENV, repr(lead_size), repr(s)))
+        if diff:
+            raise Refusal(
+                f"members {lead.name} and {p.name} of departed role run different wirings: "
+                f"{_differences(diff, lead.name, p.name)}; which shape the replica has "
+                "cannot be decided"
+            )
+    return shape_of(engine=engine, role_kind=kind, size=size, wiring=wiring)
 
 
 def _serve_port(main: Container, served: int | None) -> int | None:

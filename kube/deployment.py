@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kube.objects import ObjectRef
+from kube.objects import EnvVar, ObjectRef
 from retirement.models import K8S_NAME
 from retirement.names import GROUP, KIND, VERSION
 
@@ -52,6 +52,9 @@ class Role:
     size: int = 1
     extra_args: tuple[str, ...] = ()
     command: tuple[str, ...] | None = None  # set: the role replaced its command line
+    #: ``env``: what the engine's environment declares (the operator renders it into every
+    #: member's ``main`` container); a value given through ``valueFrom`` is not a literal.
+    env: tuple[EnvVar, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,23 @@ class _Reader:
         if raw < minimum:
             raise self.fail(f"{where} must be at least {minimum}, not {raw}")
         return raw
+
+    def env(self, raw: Any, where: str) -> tuple[EnvVar, ...]:
+        """A Kubernetes ``env`` list: objects with a string ``name``; a ``value`` that is not
+        a string, or a ``valueFrom``, is kept as an entry with no literal value (it matters
+        only if the engine reads that variable, and then the shape says so)."""
+        if raw is None:
+            return ()
+        if not isinstance(raw, list):
+            raise self.fail(f"{where} must be a list of objects, not {_kind(raw)}")
+        out: list[EnvVar] = []
+        for i, item in enumerate(raw):
+            entry = self.obj(item, f"{where}[{i}]", required=True)
+            name = self.text(entry.get("name"), f"{where}[{i}].name")
+            value = entry.get("value")
+            literal = entry.get("valueFrom") is None and isinstance(value, str | None)
+            out.append(EnvVar(name, (value or "") if literal else None))
+        return tuple(out)
 
     def strings(self, raw: Any, where: str) -> tuple[str, ...]:
         if not isinstance(raw, list):
@@ -219,6 +239,7 @@ def _role(r: _Reader, raw: Any, i: int) -> Role:
         if role.get("extraArgs") is None
         else r.strings(role["extraArgs"], f"{where}: extraArgs"),
         command=None if command is None else r.strings(command, f"{where}: command"),
+        env=r.env(role.get("env"), f"{where}: env"),
     )
 
 

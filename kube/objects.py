@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 ReadyStatus = Literal["True", "False", "Unknown"]
 
@@ -51,13 +51,41 @@ class ContainerPort:
     name: str | None = None
 
 
+class EnvVar(NamedTuple):
+    """One ``env`` entry of a container: its name and its literal value, or None when the
+    value is not a literal (``valueFrom``: the kubelet resolves it where the Pod runs)."""
+
+    name: str
+    value: str | None
+
+
+def env_vars(raw: Any) -> tuple[EnvVar, ...]:
+    """A raw ``env`` list as entries, in order (a later entry of a name wins, as in the
+    container).  Tolerant: an entry with no string name is not an entry; a value that is
+    not a string, or one given through ``valueFrom``, is not a literal."""
+    out: list[EnvVar] = []
+    for e in map(_map, _list(raw)):
+        name = e.get("name")
+        if not isinstance(name, str) or not name:
+            continue
+        value = e.get("value")
+        if e.get("valueFrom") is not None or not isinstance(value, str | None):
+            out.append(EnvVar(name, None))
+        else:
+            out.append(EnvVar(name, value or ""))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Container:
-    """One container of a Pod's spec: what it runs and which ports it declares."""
+    """One container of a Pod's spec: what it runs (``command`` then ``args``; no command:
+    the image's entrypoint runs the args), its environment, and which ports it declares."""
 
     name: str
     args: tuple[str, ...] = ()
     ports: tuple[ContainerPort, ...] = ()
+    command: tuple[str, ...] = ()
+    env: tuple[EnvVar, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,6 +126,8 @@ class Pod:
             Container(
                 name=str(c.get("name") or ""),
                 args=tuple(str(a) for a in _list(c.get("args"))),
+                command=tuple(str(a) for a in _list(c.get("command"))),
+                env=env_vars(c.get("env")),
                 ports=tuple(
                     ContainerPort(
                         container_port=_int(p.get("containerPort")),

@@ -660,6 +660,7 @@ class Reconciler:
                 size=role.size,
                 extra_args=role.extra_args,
                 command=role.command,
+                env=role.env,
             )
             sel = select_members(
                 shape=shape,

@@ -683,3 +683,203 @@ def test_an_aborted_surplus_shed_does_not_put_an_unlabelled_member_in_service() 
     assert result == RestoreResult()
     assert LABEL_ELIGIBLE not in kube.pod_labels("llm-1-b")
     assert_read_only(kube)
+
+
+# ---------------------------------------------------------------- declared and rendered wiring
+#
+# The gpustack operator renders a role's extraArgs into every member's ``main`` command line
+# ("vllm serve <model> <extraArgs> --host … --port …"), its env into the container's env, and
+# the replica size into GPUSTACK_REPLICA_SIZE.  Admission reads both sides with one reader;
+# where they disagree about the wiring, the shape cannot be decided and it refuses, naming both.
+
+GPUSTACK_VLLM = ["vllm", "serve", "/models"]
+BIND = ["--host", "0.0.0.0", "--port", "8000"]
+
+
+def running(
+    pod: dict[str, Any],
+    command: list[str],
+    *,
+    args: list[str] | None = None,
+    env: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """``pod`` with its ``main`` container running ``command`` (and ``args``, ``env``)."""
+    main = pod["spec"]["containers"][0]
+    main["command"] = command
+    if args is not None:
+        main["args"] = args
+    if env is not None:
+        main["env"] = env
+    return pod
+
+
+def rendered_env(size: int, *extra: dict[str, Any]) -> list[dict[str, Any]]:
+    """The env the operator renders into a member above size one."""
+    return [
+        *extra,
+        {"name": "GPUSTACK_REPLICA_LEADER_ADDRESS", "value": "llm-server-r1-m0.llm-server-r1"},
+        {"name": "GPUSTACK_REPLICA_SIZE", "value": str(size)},
+        {
+            "name": "GPUSTACK_MEMBER_INDEX",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['member-index']"}},
+        },
+    ]
+
+
+def external_dp(*, declared: list[str], ran: list[list[str]], env: Any = None) -> FakeKube:
+    """Replica 1 of 2 two-member replicas declared with ``declared``, member ``i`` running
+    the operator's command line with ``ran[i]``."""
+    md = model_deployment(MD, namespace=NS, replicas=1, size=2, extra_args=declared)
+    if env is not None:
+        md["spec"]["roles"][0]["env"] = env
+    pods = [
+        running(
+            pod_of_1(f"llm-1-{i}", i, i),
+            [*GPUSTACK_VLLM, *args, *BIND],
+            env=rendered_env(2, *(env or [])),
+        )
+        for i, args in enumerate(ran)
+    ]
+    return cluster(*pods, md=md)
+
+
+EXTERNAL = ["--data-parallel-size", "2", "--data-parallel-rank", "$(GPUSTACK_MEMBER_INDEX)"]
+
+
+def test_admit_reads_the_rendered_command_line_in_any_spelling_the_engine_accepts() -> None:
+    kube = external_dp(
+        declared=EXTERNAL,
+        ran=[["-dp=2", "-dpn", "$(GPUSTACK_MEMBER_INDEX)"]] * 2,
+    )
+    admission = admit(kube)
+    t = admission.target
+    assert t is not None, admission.refusal
+    assert (t.shape, t.measured) == ("ExternalDP", ("llm-1-0", "llm-1-1"))
+    assert_read_only(kube)
+
+
+def test_admit_refuses_a_pod_that_runs_another_wiring_than_declared() -> None:
+    """The role now declares an External-DP group; the Pods still run a leader-served one
+    (built from an earlier spec): which members answer cannot be decided."""
+    kube = external_dp(declared=EXTERNAL, ran=[["--data-parallel-size", "4"]] * 2)
+    assert_refused(
+        kube,
+        admit(kube),
+        "role server declares one wiring and Pod llm-1-0 runs another: "
+        "--data-parallel-size '2' (declared) against '4' (running); "
+        "--data-parallel-rank '$(GPUSTACK_MEMBER_INDEX)' (declared) against (unset) (running); "
+        "which shape the replica has cannot be decided",
+    )
+
+
+def test_admit_refuses_a_pod_whose_environment_wires_another_data_parallel_size() -> None:
+    kube = external_dp(
+        declared=[],
+        ran=[[], []],
+        env=[{"name": "VLLM_DP_SIZE", "value": "1"}],
+    )
+    kube.pods[(NS, "llm-1-1")]["spec"]["containers"][0]["env"].append(
+        {"name": "VLLM_DP_SIZE", "value": "2"}
+    )
+    admission = admit(kube)
+    assert admission.target is None
+    assert admission.refusal == (
+        "role server declares one wiring and Pod llm-1-1 runs another: "
+        "VLLM_DP_SIZE '1' (declared) against '2' (running); "
+        "which shape the replica has cannot be decided"
+    )
+
+
+def test_admit_refuses_a_pod_rendered_for_another_size() -> None:
+    kube = external_dp(declared=EXTERNAL, ran=[EXTERNAL, EXTERNAL])
+    env = kube.pods[(NS, "llm-1-0")]["spec"]["containers"][0]["env"]
+    next(e for e in env if e["name"] == "GPUSTACK_REPLICA_SIZE")["value"] = "3"
+    assert_refused(
+        kube,
+        admit(kube),
+        "role server declares size 2 and Pod llm-1-0 was rendered for size '3' "
+        "(GPUSTACK_REPLICA_SIZE): which shape the replica has cannot be decided",
+    )
+
+
+def test_admit_refuses_a_pod_whose_command_line_cannot_be_read() -> None:
+    kube = external_dp(declared=EXTERNAL, ran=[[*EXTERNAL, "-dp2"], EXTERNAL])
+    admission = admit(kube)
+    assert admission.target is None
+    assert admission.refusal.startswith("the command line Pod llm-1-0 runs cannot be read: ")
+    assert "'-dp2': vLLM refuses a value glued to -dp" in admission.refusal
+
+
+def test_admit_refuses_a_pod_that_runs_a_shell_for_a_managed_role() -> None:
+    kube = external_dp(declared=EXTERNAL, ran=[EXTERNAL, EXTERNAL])
+    kube.pods[(NS, "llm-1-1")]["spec"]["containers"][0]["command"] = ["bash", "-c", "vllm serve"]
+    admission = admit(kube)
+    assert admission.target is None
+    assert admission.refusal == (
+        "role server declares one wiring and Pod llm-1-1 runs another: the command line is "
+        "vLLM's own (declared) against 'bash -c vllm serve' (running); "
+        "which shape the replica has cannot be decided"
+    )
+
+
+def test_a_declared_shape_the_engine_refuses_is_refused_before_the_pods_are_compared() -> None:
+    kube = external_dp(declared=["--data-parallel-external-lb=true"], ran=[[], []])
+    admission = admit(kube)
+    assert admission.target is None
+    assert admission.refusal.startswith("shape Undecidable: the command line cannot be read: ")
+
+
+def departed(*pods: dict[str, Any]) -> FakeKube:
+    """Role ``old`` is gone from the spec; ``pods`` are its replica 0."""
+    return cluster(*pods, md=model_deployment(MD, namespace=NS, role_name="other"))
+
+
+def old_member(i: int, command: list[str], **kw: Any) -> dict[str, Any]:
+    pod = member_pod(
+        f"llm-old-{i}",
+        deployment=MD,
+        role="old",
+        ordinal=0,
+        member=i,
+        uid=f"uid-old-{i}",
+        ip=f"198.18.1.{30 + i}",
+    )
+    return running(pod, command, **kw)
+
+
+def admit_departed(kube: FakeKube) -> Admission:
+    return admit(kube, intent=IntentKind.DEPARTED_ROLE, role_name="old", ordinal=0)
+
+
+def test_a_departed_role_reads_its_shape_from_the_rendered_command() -> None:
+    """gpustack renders the engine's whole command line into ``command`` (no ``args``): an
+    External-DP replica of a departed role measures every rank, not only the leader."""
+    kube = departed(*(old_member(i, [*GPUSTACK_VLLM, "-dp", "2", "-dpe", *BIND]) for i in range(2)))
+    admission = admit_departed(kube)
+    t = admission.target
+    assert t is not None, admission.refusal
+    assert (t.shape, t.measured) == ("ExternalDP", ("llm-old-0", "llm-old-1"))
+
+
+def test_a_departed_role_whose_members_run_different_wirings_is_refused() -> None:
+    kube = departed(
+        old_member(0, [*GPUSTACK_VLLM, "-dp", "2", "-dpe"]),
+        old_member(1, [*GPUSTACK_VLLM, "-dp", "2"]),
+    )
+    assert_refused(
+        kube,
+        admit_departed(kube),
+        "members llm-old-0 and llm-old-1 of departed role run different wirings: "
+        "--data-parallel-external-lb 'true' (llm-old-0) against 'false' (llm-old-1); "
+        "which shape the replica has cannot be decided",
+    )
+
+
+def test_a_departed_role_whose_pod_runs_a_shell_is_unmanaged() -> None:
+    kube = departed(old_member(0, ["sh", "-c", "exec vllm serve /models -dpe"]))
+    admission = admit_departed(kube)
+    assert admission.target is None
+    assert admission.refusal == (
+        "shape Unmanaged: the Pod's main container runs 'sh -c exec vllm serve /models -dpe', "
+        "not vLLM's own command line; its shape cannot be read"
+    )

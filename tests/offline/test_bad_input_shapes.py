@@ -48,6 +48,45 @@ def test_members_that_cannot_be_decided_are_refused(case: tuple[Any, ...]) -> No
     assert not selection.ok and not selection.measured and selection.refusal
 
 
+#: Role command lines an engine refuses, or that could be read as more than one option:
+#: never a supported shape, always a reason (engine, size, extraArgs).
+BAD_SPELLINGS = [
+    ("vLLM", 2, ["--data-parallel-external-lb=1"]),
+    ("vLLM", 2, ["-dpe=true"]),
+    ("vLLM", 2, ["--data-parallel-external-lb", "true"]),
+    ("vLLM", 2, ["-dp2", "-dpe"]),
+    ("vLLM", 2, ["--data-parallel-rank"]),
+    ("vLLM", 2, ["--data-parallel-rank", "--data-parallel-external-lb"]),
+    ("vLLM", 2, ["--data-parallel-si", "2", "-dpe"]),
+    ("vLLM", 2, ["--data-parallel-external-lb --data-parallel-size 2"]),
+    ("vLLM", 2, ["--dp-size", "2", "-dpe"]),
+    ("vLLM", 2, ["--no-headless"]),
+    ("vLLM", 1, ["-tp", "0"]),
+    ("vLLM", 1, ["-tp", "\u00b2"]),
+    ("vLLM", 2, ["-dpe", "-dph"]),
+    ("SGLang", 2, ["--dp_size", "2"]),
+    ("SGLang", 2, ["-tp", "2"]),
+    ("SGLang", 2, ["--nnodes", "2", "--enable-dp-attention=1"]),
+    ("SGLang", 2, ["--nnodes", "$(UNKNOWN)"]),
+]
+
+
+@pytest.mark.parametrize(("engine", "size", "args"), BAD_SPELLINGS)
+def test_a_spelling_the_engine_refuses_reads_an_unsupported_shape(
+    engine: str, size: int, args: list[str]
+) -> None:
+    reading = read_shape(
+        engine=engine, role_kind="Server", size=size, extra_args=args, command=None
+    )
+    assert not reading.supported and reading.reason
+    members = [
+        MemberPod(name=f"m-{i}", uid=f"u-{i}", labels={LABEL_MEMBER_INDEX: str(i)})
+        for i in range(size)
+    ]
+    selection = select_members(shape=reading, size=size, members=members)
+    assert not selection.ok and not selection.measured and selection.refusal
+
+
 _FLAGS = [
     "--nnodes",
     "--dp-size",

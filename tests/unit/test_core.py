@@ -128,6 +128,40 @@ def test_read_shape(engine: str, kind: str, size: int, args: list[str], shape: S
     assert r.supported or r.reason
 
 
+@pytest.mark.parametrize(
+    ("engine", "size", "args", "shape"),
+    [
+        # vLLM's short aliases and underscore spellings are the same options.
+        ("vLLM", 2, ["-dp", "2", "-dpe"], Shape.EXTERNAL_DP),
+        ("vLLM", 2, ["--data_parallel_size=2", "--data_parallel_external_lb"], Shape.EXTERNAL_DP),
+        ("vLLM", 2, ["-dpn", "1"], Shape.EXTERNAL_DP),
+        ("vLLM", 2, ["--data-parallel-ext"], Shape.EXTERNAL_DP),  # a unique prefix
+        # The last occurrence wins, and --no- turns a boolean off.
+        ("vLLM", 2, ["-dpe", "--no-data-parallel-external-lb"], Shape.LEADER_SERVED),
+        # Every rank of a multi-port or hybrid group serves on its own: not leader-served.
+        ("vLLM", 2, ["--data-parallel-multi-port-external-lb"], Shape.UNDECIDABLE),
+        ("vLLM", 1, ["-dpm"], Shape.UNDECIDABLE),
+        ("vLLM", 2, ["-dpl", "1", "--data-parallel-start-rank", "1"], Shape.UNDECIDABLE),
+        ("vLLM", 2, ["--headless", "--data-parallel-start-rank", "1"], Shape.LEADER_SERVED),
+        # Spellings the engine refuses, or that could be several options.
+        ("vLLM", 1, ["--data-parallel-size", "two"], Shape.UNDECIDABLE),
+        ("vLLM", 2, ["--data-parallel-external-lb=true"], Shape.UNDECIDABLE),
+        ("vLLM", 2, ["--data-parallel-size 2"], Shape.UNDECIDABLE),
+        ("vLLM", 2, ["--data-parallel-r", "1"], Shape.UNDECIDABLE),
+        ("vLLM", 2, ["--config", "serve.yaml"], Shape.UNDECIDABLE),
+        ("SGLang", 2, ["--tp", "2", "--nnodes", "2"], Shape.LEADER_SERVED),
+        ("SGLang", 1, ["--tp_size", "2"], Shape.UNDECIDABLE),
+        ("SGLang", 2, ["--nnodes=2", "--nnodes", "3"], Shape.UNDECIDABLE),  # the last wins
+    ],
+)
+def test_read_shape_reads_every_spelling_as_the_engine_does(
+    engine: str, size: int, args: list[str], shape: Shape
+) -> None:
+    r = read_shape(engine=engine, role_kind="Server", size=size, extra_args=args, command=None)
+    assert r.shape is shape, r.reason
+    assert r.supported or r.reason
+
+
 def test_replaced_command_line_is_unmanaged() -> None:
     r = read_shape(
         engine="vLLM", role_kind="Server", size=1, extra_args=[], command=["bash", "-c", "serve"]
