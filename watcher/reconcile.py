@@ -133,6 +133,9 @@ class Active:
     role: str
     ordinal: int
     uids: tuple[str, ...] = ()  # the admitted member UIDs, once admission bound them
+    #: A retirement runs, but which replica it names is not known yet (Temporal refused a
+    #: start because one runs that the running set did not know of): protect everything.
+    unknown: bool = False
 
     @classmethod
     def of(cls, state: RetirementState) -> Active:
@@ -161,6 +164,8 @@ class Reconciler:
     _failures: dict[Key, str] = field(default_factory=dict, init=False, repr=False)
     #: Retirements of a deleted deployment already sent cancel-intent.
     _orphans_told: set[str] = field(default_factory=set, init=False, repr=False)
+    #: Deployments to reconcile again at once (a running retirement found, not yet read).
+    _look_again: set[Key] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.namespaces is not None and self.running.namespaces is None:
@@ -236,7 +241,11 @@ class Reconciler:
         return self._next_look(key)
 
     def _next_look(self, key: Key) -> float | None:
-        """Seconds until the earliest refusal of ``key`` stops backing off."""
+        """Seconds until the earliest refusal of ``key`` stops backing off, or at once when
+        a retirement was found running whose replica is not known yet."""
+        if key in self._look_again:
+            self._look_again.discard(key)
+            return 0.0
         now = self.clock()
         waits = [r.until - now for k, r in self.refusals.items() if k[:2] == key]
         return max(0.0, min(waits)) if waits else None
@@ -347,6 +356,7 @@ class Reconciler:
         intents = derive_intents(roles, [_view(p) for p in pods])
         self.metrics.intents_seen.inc(len(intents))
         wid = workflow_id_for(namespace=ns, deployment=name)
+        asked = self.running.may_run(key)  # then Temporal is asked now, not the cache
         state = await self._running_state(key, wid, md, pods)
         await self._retry_annotation(md, state)
         active: Active | None = None
@@ -355,13 +365,14 @@ class Reconciler:
             active = Active.of(state)
         else:
             active = await self._start_next(md, pods, intents)
+            asked = asked or (active is not None and not active.unknown)
         backing_off = self._prune_refusals(md, intents)
         dep = f"{ns}/{name}"
         self.metrics.pending.labels(deployment=dep).set(
             max(0, len(intents) - (1 if active is not None else 0))
         )
         self.metrics.backing_off.labels(deployment=dep).set(backing_off)
-        await self._maintain_eligibility(md, pods, active, asked=self.running.may_run(key))
+        await self._maintain_eligibility(md, pods, active, asked=asked)
 
     # ------------------------------------------------------------ Temporal
 
@@ -528,6 +539,7 @@ class Reconciler:
             )
         except WorkflowAlreadyStartedError:
             self.running.started(key, wid)  # the next reconcile reads it
+            self._look_again.add(key)
             self.metrics.refused.labels(reason="already-running").inc()
             log.info(
                 "%s: a retirement is already running; %s %s:%d stays pending",
@@ -536,7 +548,7 @@ class Reconciler:
                 intent.role,
                 intent.ordinal,
             )
-            return None
+            return Active(role="", ordinal=-1, unknown=True)
         self.running.started(key, wid)
         self.metrics.started.inc()
         log.info(
@@ -633,6 +645,9 @@ class Reconciler:
         already did, ``asked``), so a retirement started a moment ago by someone else, not
         yet visible, never sees a member it disqualified labelled again."""
         protected: set[str] = set()
+        if active is not None and active.unknown:
+            asked = True  # nothing is labelled (below) until it is known what runs
+            protected |= {p.uid for p in pods}
         if active is not None:
             protected |= set(active.uids)
             protected |= {

@@ -36,7 +36,7 @@ from tests.offline.test_watcher_reconcile import (
     request,
 )
 from watcher.controller import Controller
-from watcher.fleet import Fleet
+from watcher.fleet import Fleet, decode_deployment
 from watcher.informer import Changed, Delta, Informer, Listed
 from watcher.metrics import Health
 from watcher.reconcile import WatcherSettings
@@ -347,3 +347,29 @@ def test_a_pod_label_change_is_delivered_as_a_change_of_that_pod() -> None:
     assert [(c.key, c.pod is not None and c.pod.labels.get(LABEL_ELIGIBLE)) for c in changed] == [
         ((NS, "p"), "true")
     ]
+
+
+# ---------------------------------------------------------------- a restarted watcher
+
+
+async def test_a_restarted_watcher_never_relabels_a_running_retirements_member() -> None:
+    """A watcher restarted mid-drain reconciles before its first visibility query: the
+    running set is empty, so it tries to start the intent and Temporal refuses (one runs).
+    It must not then treat the disqualified member as an orphan and label it (the drain
+    would read "label re-added by someone else" and abort): nothing is labelled until the
+    running retirement has been read.  Found on the bed (the watcher SIGKILL test)."""
+    w = make_world()
+    add_md(w, replicas=1)
+    add_replicas(w, [0])
+    (draining,) = add_replicas(w, [1], eligible=False)  # disqualified by the retirement
+    w.temporal.running(request(1), phase=Phase.DRAINING)
+    entries = [d for d in map(decode_deployment, w.kube.deployments.values()) if d]
+    w.rec.fleet.replace_deployments(entries)
+    w.rec.fleet.replace_pods(Pod.from_raw(p) for p in w.kube.pods.values())
+    again = await w.rec.reconcile_key((NS, MD))
+    assert w.eligible(draining) is None
+    assert w.kube.called("patch_pod") == []
+    assert again == 0.0  # looked at again at once: now Temporal is asked what runs
+    await w.rec.reconcile_key((NS, MD))
+    assert w.eligible(draining) is None
+    assert [c.name for c in w.temporal.called("query")] == ["state"]

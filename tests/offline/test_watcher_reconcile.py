@@ -265,7 +265,8 @@ async def test_a_start_refused_by_temporal_leaves_the_intent_pending(w: World) -
     assert [r.state.request for r in w.temporal.runs[WID]] == [rival]  # only the rival's
     assert w.metric("retire_watcher_starts_refused_total", reason="already-running") == 1
     assert w.metric("retire_watcher_retirements_started_total") == 0
-    assert w.metric("retire_watcher_intents_pending", deployment=f"{NS}/{MD}") == 2
+    # One retirement runs (the rival's): the other intent waits its turn.
+    assert w.metric("retire_watcher_intents_pending", deployment=f"{NS}/{MD}") == 1
 
 
 async def test_a_closed_retirement_frees_the_slot_for_the_next_intent(w: World) -> None:
