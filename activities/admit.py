@@ -321,11 +321,8 @@ def _served_ports(api: KubeApi, namespace: str) -> dict[str, int]:
 
 
 def _started(p: Pod) -> bool:
-    """Whether the engine ever ran (a container ID), or the Pod claims to be Ready (then
-    an absent container ID is an inconsistency, not proof that nothing runs).  Not started
-    is "never started" in the module's sense."""
-    status = p.container_status(ENGINE_CONTAINER)
-    return (status is not None and bool(status.container_id)) or pod_ready(p) == "True"
+    """Not started is "never started" in the module's sense (``Pod.engine_started``)."""
+    return p.engine_started
 
 
 def _member(

@@ -13,6 +13,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
+from retirement.names import ENGINE_CONTAINER
+
 ReadyStatus = Literal["True", "False", "Unknown"]
 
 
@@ -176,6 +178,16 @@ class Pod:
     def container_status(self, name: str) -> ContainerStatus | None:
         """The status of container ``name``, if reported."""
         return next((s for s in self.container_statuses if s.name == name), None)
+
+    @property
+    def engine_started(self) -> bool:
+        """Whether the engine ever ran: ``main`` has a container ID (the kubelet sets it when
+        it creates the container and keeps it across restarts), or the Pod claims to be
+        Ready (then a missing ID is an inconsistency, not proof that nothing runs)."""
+        status = self.container_status(ENGINE_CONTAINER)
+        return (status is not None and bool(status.container_id)) or self.conditions.get(
+            "Ready"
+        ) == "True"
 
 
 def pod_ready(pod: Pod) -> ReadyStatus:

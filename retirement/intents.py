@@ -37,6 +37,9 @@ class PodView:
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
     terminating: bool = False
+    #: Whether the engine ever ran (``kube.objects.Pod.engine_started``): a surplus shed
+    #: keeps members that ran before members that never did.
+    engine_started: bool = True
 
     @property
     def role(self) -> str | None:
@@ -95,19 +98,21 @@ def derive_intents(roles: Sequence[RoleSpec], pods: Sequence[PodView]) -> list[I
 
 
 def surplus_members(members: Sequence[PodView], *, size: int) -> tuple[str, ...]:
-    """Members beyond ``size`` or duplicating an index (the first name of an index stays)."""
+    """Members beyond ``size`` or duplicating an index.  Of the members of one index, one
+    whose engine ran stays before one that never did (a Pending duplicate is shed, not the
+    member that serves), then the first by name."""
+    ordered = sorted(members, key=lambda p: (not p.engine_started, p.name))
     if size == 1:
-        ordered = sorted(members, key=lambda p: p.name)
-        return tuple(p.name for p in ordered[1:])
+        return tuple(sorted(p.name for p in ordered[1:]))
     keep: set[int] = set()
     surplus: list[str] = []
-    for p in sorted(members, key=lambda p: p.name):
+    for p in ordered:
         idx = p.member
         if idx is None or idx >= size or idx in keep:
             surplus.append(p.name)
         else:
             keep.add(idx)
-    return tuple(surplus)
+    return tuple(sorted(surplus))
 
 
 # ---------------------------------------------------------------- the intent rule
@@ -147,6 +152,19 @@ class PodLike(Protocol):
     @property
     def terminating(self) -> bool: ...
 
+    @property
+    def engine_started(self) -> bool: ...
+
+
+def view_of(p: PodLike) -> PodView:
+    """What intent derivation reads of ``p``."""
+    return PodView(
+        name=p.name,
+        labels=dict(p.labels),
+        terminating=p.terminating,
+        engine_started=p.engine_started,
+    )
+
 
 def intent_refusal(md: SpecLike, pods: Sequence[PodLike], req: RetirementRequest) -> str:
     """Why ``req`` is not (any more) one of the removal intents ``derive_intents`` derives
@@ -156,7 +174,7 @@ def intent_refusal(md: SpecLike, pods: Sequence[PodLike], req: RetirementRequest
     needs a whole-replica intent for its role and ordinal; a surplus shed needs a surplus
     intent of that replica that still names every requested member."""
     roles = [RoleSpec(name=r.name, replicas=r.replicas, size=r.size) for r in md.roles]
-    views = [PodView(name=p.name, labels=dict(p.labels), terminating=p.terminating) for p in pods]
+    views = [view_of(p) for p in pods]
     key = (req.role, req.ordinal)
     mine = [i for i in derive_intents(roles, views) if (i.role, i.ordinal) == key]
     replica = f"{req.role} ordinal {req.ordinal}"

@@ -49,7 +49,7 @@ from kube.members import LabelChange, set_eligibility
 from kube.objects import ObjectRef, Pod, pod_ready
 from retirement.budgets import Budgets
 from retirement.eligibility import label_refusal
-from retirement.intents import Intent, PodView, RoleSpec, derive_intents, intent_refusal
+from retirement.intents import Intent, RoleSpec, derive_intents, intent_refusal, view_of
 from retirement.models import (
     CancelIntent,
     IntentKind,
@@ -353,7 +353,7 @@ class Reconciler:
         ns, name = md.namespace, md.name
         key = (ns, name)
         roles = [RoleSpec(name=r.name, replicas=r.replicas, size=r.size) for r in md.roles]
-        intents = derive_intents(roles, [_view(p) for p in pods])
+        intents = derive_intents(roles, [view_of(p) for p in pods])
         self.metrics.intents_seen.inc(len(intents))
         wid = workflow_id_for(namespace=ns, deployment=name)
         asked = self.running.may_run(key)  # then Temporal is asked now, not the cache
@@ -731,10 +731,6 @@ class Reconciler:
         )
         if change is LabelChange.APPLIED:
             self.metrics.labels_set.labels(value="true" if on else "removed").inc()
-
-
-def _view(p: Pod) -> PodView:
-    return PodView(name=p.name, labels=dict(p.labels), terminating=p.terminating)
 
 
 def _vanished(md: ModelDeployment, pods: list[Pod], state: RetirementState) -> str:

@@ -201,3 +201,17 @@ def test_a_surplus_shed_is_measured_by_the_rule_or_refused_never_left_unmeasured
         assert set(plain.measured) == {
             n for n in intent.members if answers(shape.shape, by_name[n].member)
         }
+
+
+def test_a_surplus_shed_keeps_the_member_that_ran_and_sheds_the_pending_one() -> None:
+    """Wedge 3 on the bed: a Pending duplicate named before the serving member (by name
+    it would have been kept, and the serving member shed, drained and deleted)."""
+    roles = [RoleSpec(name="server", replicas=1, size=1)]
+    serving = pod("server", 0, suffix="-serving")
+    pending = PodView(name="a-dup", labels=pod("server", 0).labels, engine_started=False)
+    (shed,) = derive_intents(roles, [serving, pending])
+    assert shed.kind is IntentKind.SURPLUS_SHED and shed.members == ("a-dup",)
+    # Two that both ran: the first by name stays, as before.
+    other = PodView(name="a-other", labels=pod("server", 0).labels)
+    (shed,) = derive_intents(roles, [serving, other])
+    assert shed.members == (serving.name,)
