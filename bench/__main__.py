@@ -1,5 +1,36 @@
-"""``python -m bench``: run every benchmark."""
+"""``python -m bench [watcher|worker|scale-down|all] [flags]``: one benchmark, or all.
 
-from bench.scale_down import main
+Each benchmark starts its own bed, prints progress lines and its table, writes a picture to
+``bench/results/`` and stops by itself; ``python -m bench NAME --help`` lists its flags.
+``all`` (the default) runs every benchmark with its defaults, one after the other.
+"""
 
-raise SystemExit(main())
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from bench import scale_down, watcher_fleet, worker_fleet
+
+BENCHMARKS: dict[str, Callable[[list[str] | None], int]] = {
+    "scale-down": scale_down.main,
+    "watcher": watcher_fleet.main,
+    "worker": worker_fleet.main,
+}
+
+
+def main(argv: list[str]) -> int:
+    """Dispatch on the first argument."""
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
+    name, rest = (argv[0], argv[1:]) if argv else ("all", [])
+    if name == "all" and not rest:
+        return max(fn([]) for fn in BENCHMARKS.values())
+    if name not in BENCHMARKS:
+        print(f"unknown benchmark {name!r}; one of: all, {', '.join(BENCHMARKS)}", file=sys.stderr)
+        return 2
+    return BENCHMARKS[name](rest)
+
+
+raise SystemExit(main(sys.argv[1:]))

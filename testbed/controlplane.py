@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from testbed import netns
+from testbed.ipam import READY_LINE
 from testbed.paths import (
     REPO_ROOT,
     etcd_bin,
@@ -42,9 +43,8 @@ STAGES = [
     "node/fast/node-initialize.yaml",
     "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
     "pod/fast/pod-complete.yaml",
-    "pod/fast/pod-delete.yaml",
 ]
-OWN_STAGES = [REPO_ROOT / "testbed" / "kwok" / "pod-ready.yaml"]
+OWN_STAGES = [REPO_ROOT / "testbed" / "kwok" / n for n in ("pod-ready.yaml", "pod-delete.yaml")]
 
 
 @dataclass
@@ -98,6 +98,7 @@ class ControlPlane:
         self._start_controller_manager()
         self._apply_file(CRD_PATH)
         self._create_node()
+        self._start_ipam()
         self._start_kwok()
         self._step("kwok", t0)
         self._wait_crd()
@@ -204,6 +205,27 @@ class ControlPlane:
         )
         self.children.append(child)
 
+    def _start_ipam(self) -> None:
+        """The Pod address allocator (kwok's own pool duplicates addresses: testbed/ipam.py)."""
+        child = Child(
+            name="ipam",
+            argv=[
+                sys.executable,
+                "-m",
+                "testbed.ipam",
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--cidr",
+                self.net.pod_cidr,
+                "--node",
+                NODE_NAME,
+            ],
+            log_path=self.state_dir / "logs" / "ipam.log",
+            env=self._kwok_env(),
+        )
+        self.children.append(child)
+        wait_until("ipam ready", lambda: READY_LINE in child.log_tail(), timeout=30, child=child)
+
     def _start_kwok(self) -> None:
         stage_dir = kwok_stage_dir()
         configs: list[str] = []
@@ -222,6 +244,7 @@ class ControlPlane:
                     f"--kubeconfig={self.kubeconfig}",
                     "--manage-all-nodes=false",
                     "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                    # Unused: the bed's pod-ready stage takes no address from kwok's pool.
                     f"--cidr={self.net.pod_cidr}",
                     f"--node-ip={self.net.ns_ip}",
                     f"--node-name={NODE_NAME}",

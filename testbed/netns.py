@@ -6,8 +6,14 @@ namespace).  Layout, all inside 198.18.0.0/15 (the benchmarking range, RFC 2544)
 
     host end of the veth   198.18.0.1/24    the API server binds here
     namespace end          198.18.0.2/24    kwok's node address (exec, the kubelet API)
-    Pod addresses          198.18.1.0/24    /32s on the namespace's loopback, routed via .2
     Service ClusterIPs     198.18.2.0/24    virtual: nothing ever connects to them
+    Pod addresses          198.19.0.0/16    65,534 addresses, given out by testbed/ipam.py;
+                                            routed via .2, local inside the namespace
+
+Inside the namespace the whole Pod range is one ``local`` route on the loopback, so a
+server can bind any Pod address and nothing needs a ``/32`` per Pod (5,000 Pods cost
+nothing here; ``add_pod_address`` still puts a ``/32`` on the loopback for the Pods that
+serve, which is harmless).  A Pod address nothing listens on refuses at once.
 
 kwok, the engine emulators and the routers run inside the namespace, so an exec'd
 one-shot's ``127.0.0.1`` is the namespace's loopback.
@@ -32,7 +38,8 @@ class BedNet:
     name: str = PREFIX
     host_ip: str = "198.18.0.1"
     ns_ip: str = "198.18.0.2"
-    pod_cidr: str = "198.18.1.0/24"
+    link_cidr: str = "198.18.0.0/24"
+    pod_cidr: str = "198.19.0.0/16"
     service_cidr: str = "198.18.2.0/24"
 
     @property
@@ -46,11 +53,12 @@ class BedNet:
         return f"{self.name}-n"
 
     def owns(self, address: str) -> bool:
-        """Whether ``address`` is loopback or one of this bed's (a safe destination)."""
+        """Whether ``address`` is loopback or one of this bed's (a safe destination): the
+        veth's link or the Pod range (Service ClusterIPs are virtual, so not a destination)."""
         ip = ipaddress.ip_address(address)
         if ip.is_loopback:
             return True
-        return ip in ipaddress.ip_network("198.18.0.0/23")
+        return any(ip in ipaddress.ip_network(n) for n in (self.link_cidr, self.pod_cidr))
 
     def in_ns(self, argv: list[str]) -> list[str]:
         """``argv`` run inside the namespace."""
@@ -87,17 +95,20 @@ def create(net: BedNet) -> None:
     _ip("netns", "add", net.name)
     _ip("link", "add", net.host_if, "type", "veth", "peer", "name", net.ns_if)
     _ip("link", "set", net.ns_if, "netns", net.name)
-    _ip("addr", "add", f"{net.host_ip}/24", "dev", net.host_if)
+    prefix = ipaddress.ip_network(net.link_cidr).prefixlen
+    _ip("addr", "add", f"{net.host_ip}/{prefix}", "dev", net.host_if)
     _ip("link", "set", net.host_if, "up")
     inside = ["-n", net.name]
     _ip(*inside, "link", "set", "lo", "up")
-    _ip(*inside, "addr", "add", f"{net.ns_ip}/24", "dev", net.ns_if)
+    _ip(*inside, "addr", "add", f"{net.ns_ip}/{prefix}", "dev", net.ns_if)
     _ip(*inside, "link", "set", net.ns_if, "up")
+    _ip(*inside, "route", "replace", "local", net.pod_cidr, "dev", "lo")
     _ip("route", "replace", net.pod_cidr, "via", net.ns_ip, "dev", net.host_if)
 
 
 def add_pod_address(net: BedNet, address: str) -> None:
-    """Give a Pod address to the namespace's loopback (idempotent)."""
-    if not net.owns(address) or ipaddress.ip_address(address).is_loopback:
+    """Give a Pod address to the namespace's loopback (idempotent; not needed to bind it,
+    the Pod range is local there, but it shows in ``ip addr``)."""
+    if ipaddress.ip_address(address) not in ipaddress.ip_network(net.pod_cidr):
         raise ValueError(f"{address} is not a Pod address of this bed")
     _ip("-n", net.name, "addr", "replace", f"{address}/32", "dev", "lo")

@@ -1,0 +1,535 @@
+"""One worker process against many retirements at once.
+
+Per fleet size N (default 10, 50, 200): N router-less vLLM deployments of two
+single-member replicas (the stand-in operator creates the Pods and registers engine
+emulators), one request held in flight for D seconds (default 60) on each ordinal-1
+engine, then every spec scaled to one replica and the N retirements of ordinal 1 started
+at once with the Temporal client (as the watcher would start them; quiet-window policy),
+all run by ONE worker process (``python -m worker`` as a subprocess).
+
+Figures per N:
+
+* outcomes: completed / aborted (held, waiting for a retry token) / other;
+* idle -> next phase: from the moment the victim's engine went idle (its held request
+  answered) to the retirement leaving Draining (the phase timeline's next entry): how long
+  the worker takes to notice the drain is over, p50 and p99;
+* activity start lag: ActivityTaskScheduled -> ActivityTaskStarted in each history (an
+  activity that could start but waited for the worker), p50 and p99 over all activities,
+  and the same for workflow tasks;
+* time from the starts to the last deletion of a victim Pod (an aborted one keeps its Pod);
+* the worker's CPU seconds (``/proc/<pid>/stat``) and RSS now and at peak, and kwok's CPU
+  seconds with its reaped children (every exec'd one-shot runs there);
+* ``pods/exec`` requests per second (``apiserver_request_total{resource="pods",
+  subresource="exec"}`` over the run), and all API requests per retirement.
+
+Run: ``python -m bench worker [--fleets 10,50,200] [--busy 60]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import re
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+from kubernetes import client
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
+from temporalio.common import SearchAttributeKey
+
+from bench.common import (
+    RESULTS,
+    DevServer,
+    apiserver_requests,
+    cpu_seconds,
+    diff,
+    pct,
+    rss_mib,
+    say,
+    start_temporal,
+    table,
+    wait_until,
+)
+from bench.watcher_fleet import with_timeout_delete_namespace
+from retirement.models import (
+    RetirementRequest,
+    RetirementState,
+    RouterlessPolicy,
+    workflow_id_for,
+)
+from retirement.names import GROUP, LABEL_ELIGIBLE, LABEL_INSTANCE, LABEL_ORDINAL, PLURAL, VERSION
+from retirement.phases import Outcome, Phase
+from testbed.bed import Bed, _no_proxy_env
+from testbed.paths import REPO_ROOT
+from testbed.procs import Child, exit_on_sigterm
+from testbed.standin_operator import SERVE_PORT
+from workflows.retirement import RetirementWorkflow
+
+QUIET_S = 2.0
+OUTCOME = SearchAttributeKey.for_keyword("RetirementOutcome")
+PHASE = SearchAttributeKey.for_keyword("RetirementPhase")
+SCALE_TO_ONE = {"spec": {"roles": [{"name": "server", "kind": "Server", "replicas": 1, "size": 1}]}}
+
+
+def md_manifest(name: str) -> dict[str, Any]:
+    """A router-less vLLM deployment of two single-member replicas."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ModelDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "engine": {"name": "vLLM", "version": "0.29.0"},
+            "roles": [{"name": "server", "kind": "Server", "replicas": 2, "size": 1}],
+        },
+    }
+
+
+class Busy:
+    """One request of ``seconds`` held on each victim engine; records when each answered."""
+
+    def __init__(self, urls: dict[str, str], seconds: float) -> None:
+        self.urls, self.seconds = urls, seconds
+        self.idle_at: dict[str, float] = {}  # deployment -> wall time the request ended
+        self.errors: dict[str, str] = {}
+        self._threads = [
+            threading.Thread(target=self._one, args=(md, url), daemon=True)
+            for md, url in urls.items()
+        ]
+
+    def start(self) -> Busy:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def join(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+
+    def _one(self, md: str, url: str) -> None:
+        body = {
+            "model": "emulated",
+            "prompt": "hold",
+            "max_tokens": 16,
+            "emulate_seconds": self.seconds,
+            "stream": False,
+        }
+        try:
+            with httpx.Client(trust_env=False, timeout=self.seconds + 60) as http:
+                r = http.post(f"{url}/v1/completions", json=body)
+                if r.status_code != 200:
+                    self.errors[md] = f"HTTP {r.status_code}"
+        except Exception as e:
+            self.errors[md] = type(e).__name__
+        self.idle_at[md] = time.time()
+
+
+def start_worker(bed: Bed, dev: DevServer, queue: str, tag: str) -> Child:
+    """The product's worker as a subprocess, polling ``queue``."""
+    child = Child(
+        name=f"worker-{tag}",
+        argv=[
+            sys.executable,
+            "-m",
+            "worker",
+            "--address",
+            dev.target,
+            "--task-queue",
+            queue,
+            "--kubeconfig",
+            str(bed.cp.kubeconfig),
+        ],
+        log_path=bed.state_dir / "logs" / f"worker-{tag}.log",
+        env=_no_proxy_env(),
+    )
+    wait_until("worker polling", lambda: "task queue" in child.log_tail(), timeout=60)
+    return child
+
+
+def victims_left(core: client.CoreV1Api, ns: str) -> int:
+    return len(core.list_namespaced_pod(ns, label_selector=f"{LABEL_ORDINAL}=1").items)
+
+
+def lags(history_events: list[Any], scheduled: int, started: int) -> list[float]:
+    """Scheduled -> started lags (seconds) of every task of one kind in a history."""
+    at: dict[int, datetime] = {}
+    out: list[float] = []
+    for ev in history_events:
+        if ev.event_type == scheduled:
+            at[ev.event_id] = ev.event_time.ToDatetime()
+        elif ev.event_type == started:
+            attrs = (
+                ev.activity_task_started_event_attributes
+                if started == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+                else ev.workflow_task_started_event_attributes
+            )
+            t0 = at.get(attrs.scheduled_event_id)
+            if t0 is not None:
+                out.append((ev.event_time.ToDatetime() - t0).total_seconds())
+    return out
+
+
+async def one_fleet(bed: Bed, dev: DevServer, n: int, *, busy_s: float) -> dict[str, Any]:
+    """``n`` retirements at once on one worker."""
+    ns = f"wk{n}"
+    api = bed.api_client()
+    api.configuration.connection_pool_maxsize = 32
+    core, co = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    bed.create_namespace(ns)
+    names = [f"md{i:03d}" for i in range(n)]
+    t = time.monotonic()
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(
+            pool.map(
+                lambda m: co.create_namespaced_custom_object(
+                    GROUP, VERSION, ns, PLURAL, md_manifest(m)
+                ),
+                names,
+            )
+        )
+    op = bed.operator(ns)
+    say(f"N={n}: {n} deployments created; waiting for {2 * n} serving engines")
+
+    def serving() -> bool:
+        pods = core.list_namespaced_pod(ns, label_selector=f"{LABEL_ELIGIBLE}=true").items
+        return len(pods) >= 2 * n
+
+    await asyncio.to_thread(wait_until, f"{2 * n} serving", serving, timeout=900, every=2)
+    say(f"N={n}: {2 * n} engines serving after {time.monotonic() - t:.1f} s")
+    op.stop()  # every Pod exists; the operator's polling would only load the API server
+    victims = {
+        p.metadata.labels[LABEL_INSTANCE]: p
+        for p in core.list_namespaced_pod(ns, label_selector=f"{LABEL_ORDINAL}=1").items
+    }
+    queue = f"bench-worker-{n}"
+    worker = start_worker(bed, dev, queue, f"n{n}")
+    tc = await dev.client()
+    handles: list[WorkflowHandle[Any, RetirementState]] = []
+    done = threading.Event()
+    last_deleted: list[float] = []
+    try:
+        busy = Busy(
+            {md: f"http://{p.status.pod_ip}:{SERVE_PORT}" for md, p in victims.items()}, busy_s
+        ).start()
+        await asyncio.sleep(2)  # every held request is in the engine
+        say(f"N={n}: one {busy_s:.0f} s request in flight on each victim; scaling all to 1")
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            list(
+                pool.map(
+                    lambda m: co.patch_namespaced_custom_object(
+                        GROUP,
+                        VERSION,
+                        ns,
+                        PLURAL,
+                        m,
+                        {
+                            "spec": {
+                                "roles": [
+                                    {"name": "server", "kind": "Server", "replicas": 1, "size": 1}
+                                ]
+                            }
+                        },
+                    ),
+                    names,
+                )
+            )
+        kwok = next(c for c in bed.cp.children if c.name == "kwok")
+        api0, cpu0, kcpu0 = apiserver_requests(bed), cpu_seconds(worker.pid), cpu_seconds(kwok.pid)
+        t_start = time.time()
+
+        def watch_deletions() -> None:
+            left = len(victims)
+            while not done.is_set():
+                with contextlib.suppress(Exception):
+                    now_left = victims_left(core, ns)
+                    if now_left < left:
+                        left = now_left
+                        last_deleted[:] = [time.time()]
+                    if left == 0:
+                        return
+                done.wait(0.5)
+
+        poller = threading.Thread(target=watch_deletions, daemon=True)
+        poller.start()
+        handles = list(
+            await asyncio.gather(
+                *(
+                    tc.start_workflow(
+                        RetirementWorkflow.run,
+                        RetirementRequest(
+                            namespace=ns,
+                            deployment=md,
+                            role="server",
+                            ordinal=1,
+                            routerless_policy=RouterlessPolicy.QUIET_WINDOW,
+                            quiet_window_s=QUIET_S,
+                        ),
+                        id=workflow_id_for(namespace=ns, deployment=md),
+                        task_queue=queue,
+                    )
+                    for md in names
+                )
+            )
+        )
+        say(f"N={n}: {n} retirements started")
+        states: list[RetirementState | str | BaseException] = []
+        pending = {h.id: h for h in handles}
+        deadline = time.monotonic() + busy_s + 400
+        results: dict[str, RetirementState | str | BaseException] = {}
+        while pending and time.monotonic() < deadline:
+            for wid, h in list(pending.items()):
+                desc = await h.describe()
+                if desc.close_time is not None:
+                    try:
+                        results[wid] = await h.result()
+                    except BaseException as e:
+                        results[wid] = e
+                    del pending[wid]
+                elif (outcome := desc.typed_search_attributes.get(OUTCOME)) not in (
+                    None,
+                    "Running",
+                ):
+                    # Aborted: the retirement holds (Running) until a retry token arrives.
+                    try:
+                        results[wid] = await h.query(
+                            RetirementWorkflow.state, rpc_timeout=timedelta(seconds=10)
+                        )
+                    except Exception:  # a saturated worker does not answer in time
+                        results[wid] = str(outcome)
+                    del pending[wid]
+                elif time.monotonic() > deadline - 6:
+                    phase = desc.typed_search_attributes.get(PHASE)
+                    results[wid] = TimeoutError(f"still {phase} at the deadline")
+            say(
+                f"N={n}: {len(results)}/{n} retirements ended or held, "
+                f"{victims_left(core, ns)} victim Pods left, "
+                f"worker {cpu_seconds(worker.pid) - cpu0:.0f} CPU s, "
+                f"{rss_mib(worker.pid):.0f} MiB"
+            )
+            if pending:
+                await asyncio.sleep(5)
+        states = [results.get(h.id, TimeoutError("still running")) for h in handles]
+        elapsed = time.time() - t_start
+        cpu1, rss, hwm = cpu_seconds(worker.pid), rss_mib(worker.pid), rss_mib(worker.pid, "VmHWM")
+        kcpu1 = cpu_seconds(kwok.pid)
+        api1 = apiserver_requests(bed)
+        done.set()
+        poller.join(timeout=5)
+        busy.join(timeout=5)
+        say(f"N={n}: reading {n} histories")
+        act_lags: list[float] = []
+        wft_lags: list[float] = []
+        for h in handles:
+            hist = await h.fetch_history()
+            act_lags += lags(
+                list(hist.events),
+                EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
+                EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED,
+            )
+            wft_lags += lags(
+                list(hist.events),
+                EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+                EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+            )
+    finally:
+        done.set()
+        for h in handles:
+            with contextlib.suppress(Exception):
+                await h.terminate("benchmark over")
+        worker.stop(timeout=15)
+    outcomes = {"completed": 0, "aborted": 0, "other": 0}
+    idle_lags: list[float] = []
+    other_kinds: dict[str, int] = {}
+    for md, st in zip(names, states, strict=True):
+        if isinstance(st, BaseException):
+            outcomes["other"] += 1
+            kind = f"{type(st).__name__}: {st}"
+            other_kinds[kind] = other_kinds.get(kind, 0) + 1
+            continue
+        if isinstance(st, str):  # the outcome from the search attribute (no query answer)
+            key = {"Completed": "completed", "Aborted": "aborted"}.get(st, "other")
+            outcomes[key] += 1
+            other_kinds[f"{st} (state not read)"] = other_kinds.get(f"{st} (state not read)", 0) + 1
+            continue
+        if st.outcome is Outcome.COMPLETED:
+            outcomes["completed"] += 1
+        elif st.outcome is Outcome.ABORTED:
+            outcomes["aborted"] += 1
+            reason = re.sub(r"md\d+-server-\d+", "<pod>", (st.reasons or ["?"])[-1])[:100]
+            other_kinds[f"aborted: {reason}"] = other_kinds.get(f"aborted: {reason}", 0) + 1
+        else:
+            outcomes["other"] += 1
+            other_kinds[str(st.outcome)] = other_kinds.get(str(st.outcome), 0) + 1
+        tl = st.phase_timeline
+        for i, (phase, _) in enumerate(tl[:-1]):
+            if phase == Phase.DRAINING and md in busy.idle_at:
+                idle_lags.append(tl[i + 1][1].timestamp() - busy.idle_at[md])
+    d_api = diff(api1, api0)
+    execs = sum(v for (verb, res, sub), v in d_api.items() if res == "pods" and sub == "exec")
+    say(f"N={n}: deleting the fleet")
+    with_timeout_delete_namespace(core, ns)
+    return {
+        "n": n,
+        "busy_s": busy_s,
+        **outcomes,
+        "other_kinds": other_kinds,
+        "busy_errors": dict(busy.errors),
+        "idle_p50": pct(idle_lags, 50),
+        "idle_p99": pct(idle_lags, 99),
+        "act_p50_ms": pct(act_lags, 50) * 1000,
+        "act_p99_ms": pct(act_lags, 99) * 1000,
+        "wft_p50_ms": pct(wft_lags, 50) * 1000,
+        "wft_p99_ms": pct(wft_lags, 99) * 1000,
+        "last_deletion_s": (last_deleted[0] - t_start) if last_deleted else float("nan"),
+        "elapsed_s": elapsed,
+        "cpu_s": cpu1 - cpu0,
+        "kwok_cpu_s": kcpu1 - kcpu0,
+        "rss_mib": rss,
+        "hwm_mib": hwm,
+        "execs": execs,
+        "execs_per_s": execs / elapsed,
+        "api_per_retirement": sum(d_api.values()) / n,
+    }
+
+
+async def run(fleets: list[int], busy_s: float) -> list[dict[str, Any]]:
+    """Every fleet size on one bed and one dev server."""
+    exit_on_sigterm()
+    bed = Bed(state_dir=REPO_ROOT / ".bed" / "bench-worker")
+    dev: DevServer | None = None
+    results: list[dict[str, Any]] = []
+    try:
+        say("starting the bed and a Temporal dev server")
+        bed.start()
+        dev = start_temporal(bed.state_dir / "temporal")
+        for n in fleets:
+            results.append(await one_fleet(bed, dev, n, busy_s=busy_s))
+            report(results)
+    finally:
+        if dev is not None:
+            dev.child.stop(timeout=10)
+        bed.stop()
+    return results
+
+
+def report(results: list[dict[str, Any]]) -> None:
+    """Print the table."""
+    if not results:
+        return
+    print()
+    print(
+        f"worker: N retirements at once on one worker process, each victim engine busy "
+        f"{results[0]['busy_s']:.0f} s then idle (router-less, quiet window {QUIET_S:g} s)"
+    )
+    rows = [
+        [
+            r["n"],
+            r["completed"],
+            r["aborted"],
+            r["other"],
+            r["idle_p50"],
+            r["idle_p99"],
+            r["act_p50_ms"],
+            r["act_p99_ms"],
+            r["wft_p50_ms"],
+            r["wft_p99_ms"],
+            r["last_deletion_s"],
+            r["cpu_s"],
+            r["kwok_cpu_s"],
+            r["rss_mib"],
+            r["hwm_mib"],
+            r["execs_per_s"],
+            r["api_per_retirement"],
+        ]
+        for r in results
+    ]
+    print(
+        table(
+            [
+                "N",
+                "done",
+                "aborted",
+                "other",
+                "idle→next p50 s",
+                "p99 s",
+                "act lag p50 ms",
+                "p99 ms",
+                "wft lag p50 ms",
+                "p99 ms",
+                "last del s",
+                "CPU s",
+                "exec CPU s",
+                "RSS MiB",
+                "peak MiB",
+                "exec/s",
+                "API/ret",
+            ],
+            rows,
+        )
+    )
+    for r in results:
+        if r["other_kinds"] or r["busy_errors"]:
+            print(f"  N={r['n']}: {r['other_kinds']} held-request errors {r['busy_errors']}")
+    print(
+        "  idle→next = victim engine idle (its held request answered) -> the retirement "
+        "leaves Draining; act/wft lag = history Scheduled -> Started of activities / "
+        "workflow tasks; last del = starts -> the last victim Pod deleted; CPU = the worker's; "
+        "exec CPU = kwok's with its exec'd one-shots (the metric reads run there)"
+    )
+
+
+def picture(results: list[dict[str, Any]]) -> None:
+    """Lags and cost against N, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns = [r["n"] for r in results]
+    fig, (lag, cost) = plt.subplots(1, 2, figsize=(11, 4.2))
+    lag.plot(ns, [r["idle_p50"] for r in results], "o-", label="idle → leaves Draining p50 (s)")
+    lag.plot(ns, [r["idle_p99"] for r in results], "s--", label="idle → leaves Draining p99 (s)")
+    lag.plot(
+        ns, [r["act_p99_ms"] / 1000 for r in results], "^:", label="activity start lag p99 (s)"
+    )
+    lag.set_xlabel("retirements at once (one worker)")
+    lag.set_ylabel("s")
+    lag.set_title(f"Lags (engines busy {results[0]['busy_s']:.0f} s)")
+    lag.legend(fontsize=8)
+    cost.bar([str(n) for n in ns], [r["execs_per_s"] for r in results], color="#219ebc")
+    cost.set_xlabel("retirements at once")
+    cost.set_ylabel("pods/exec per second")
+    for i, r in enumerate(results):
+        cost.text(
+            i,
+            r["execs_per_s"],
+            f"{r['cpu_s']:.0f} CPU s\n{r['hwm_mib']:.0f} MiB peak",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
+    cost.set_title("Worker load")
+    fig.tight_layout()
+    path = RESULTS / "worker_fleet.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"  picture: {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    p = argparse.ArgumentParser(prog="python -m bench worker")
+    p.add_argument("--fleets", default="10,50,200", help="retirements at once, N")
+    p.add_argument("--busy", type=float, default=60.0, help="seconds each victim stays busy")
+    a = p.parse_args(argv)
+    fleets = [int(x) for x in a.fleets.split(",") if x.strip()]
+    results = asyncio.run(run(fleets, a.busy))  # prints the table after each fleet
+    picture(results)
+    return 0
