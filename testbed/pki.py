@@ -111,3 +111,43 @@ def make_pki(directory: Path, *, ips: list[str]) -> Pki:
     _openssl("genrsa", "-out", str(pki.sa_key), "2048")
     _openssl("rsa", "-in", str(pki.sa_key), "-pubout", "-out", str(pki.sa_pub))
     return pki
+
+
+def make_client_cert(pki: Pki, name: str, *, cn: str) -> tuple[Path, Path]:
+    """A client certificate (``clientAuth``) with subject ``cn``, signed by ``pki``'s CA.
+
+    For mTLS: returns the certificate's and its key's paths, ``NAME.crt`` and ``NAME.key``.
+    """
+    cert, key = pki.dir / f"{name}.crt", pki.dir / f"{name}.key"
+    csr, ext = pki.dir / f"{name}.csr", pki.dir / f"{name}.ext"
+    ext.write_text("extendedKeyUsage=clientAuth\n")
+    _openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(key),
+        "-out",
+        str(csr),
+        "-subj",
+        f"/CN={cn}",
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(pki.ca_cert),
+        "-CAkey",
+        str(pki.ca_key),
+        "-CAcreateserial",
+        "-days",
+        "30",
+        "-out",
+        str(cert),
+        "-extfile",
+        str(ext),
+    )
+    return cert, key
