@@ -1,5 +1,5 @@
 """``python -m cli``."""
 
-from cli.main import main
+from cli.main import entry
 
-raise SystemExit(main())
+entry()
