@@ -44,8 +44,16 @@ from kube.members import LabelChange, set_eligibility
 from kube.objects import ObjectRef
 from kube.watching import list_objects, watch_objects
 from retirement.models import RetirementState, workflow_id_for
-from retirement.names import GROUP, KIND, KUEUE_WORKLOAD_API, LABEL_ELIGIBLE, PLURAL, VERSION
-from retirement.phases import Outcome, Phase
+from retirement.names import FIELD_MANAGER as PRODUCT_MANAGER
+from retirement.names import (
+    GROUP,
+    KIND,
+    KUEUE_WORKLOAD_API,
+    LABEL_ELIGIBLE,
+    PLURAL,
+    VERSION,
+)
+from retirement.phases import Outcome
 from testbed.bed import Bed
 from testbed.procs import Child
 from tests.bed.conftest import create_md
@@ -656,13 +664,19 @@ async def test_a_retirement_runs_with_each_process_on_its_own_token(
             # The worker's mirror went through: status.retirement, then the phase Events.
             custom = client.CustomObjectsApi(api)
 
-            def mirrored() -> str | None:
+            def mirrored() -> bool:
+                """The worker wrote the status subresource (its field manager owns a status
+                entry) and, the retirement having completed, cleared status.retirement
+                (absent means no operation, SPEC section 8)."""
                 md = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
-                state = ((md.get("status") or {}).get("retirement") or {}).get("state")
-                return str(state) if state == Phase.COMPLETED.value else None
+                wrote = any(
+                    m.get("manager") == PRODUCT_MANAGER and m.get("subresource") == "status"
+                    for m in md["metadata"].get("managedFields") or []
+                )
+                return wrote and "retirement" not in (md.get("status") or {})
 
             await eventually_in_thread(
-                mirrored, what="status.retirement written by the worker", timeout=30
+                mirrored, what="status written, then cleared, by the worker", timeout=30
             )
             events = client.CoreV1Api(api).list_namespaced_event(ns).items
             assert any(
