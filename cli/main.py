@@ -144,7 +144,10 @@ def parse_budgets(text: str) -> Budgets:
 
 
 #: The columns of ``retire list``.
-LIST_HEADER = ("DEPLOYMENT", "REPLICA", "PHASE", "OUTCOME", "AGE", "WORKFLOW")
+LIST_HEADER = ("DEPLOYMENT", "REPLICA", "PHASE", "OUTCOME", "AGE", "DEADLINE", "WORKFLOW", "REASON")
+#: Concurrent reads of ``retire list`` (one query or result per retirement listed).
+LIST_READS = 16
+REASON_WIDTH = 80
 
 
 def list_query(*, everything: bool) -> str:
@@ -159,20 +162,55 @@ def _age(seconds: float) -> str:
     return f"{seconds / 60:.0f}m" if seconds >= 120 else f"{seconds:.0f}s"
 
 
+async def _deadline_and_reason(client: Client, wf: Any, now: datetime) -> tuple[str, str]:
+    """The phase deadline (``in 42s``; ``held`` while held) and the last reason of one
+    listed retirement, read from its state (a query while it runs, its result once it
+    ended); ``-`` where it cannot be read."""
+    handle = client.get_workflow_handle(wf.id, run_id=wf.run_id, result_type=RetirementState)
+    try:
+        if wf.status is WorkflowExecutionStatus.RUNNING:
+            st: RetirementState = await handle.query(RetirementWorkflow.state)
+        else:
+            st = await handle.result(follow_runs=False)
+    except Exception:  # terminated, failed, or not answerable now: the row still prints
+        return "-", "-"
+    if st.outcome is Outcome.ABORTED and not st.restoring:
+        deadline = "held"
+    elif st.outcome is Outcome.RUNNING and st.phase_deadline is not None:
+        deadline = f"in {_age(max(0.0, (st.phase_deadline - now).total_seconds()))}"
+    else:
+        deadline = "-"
+    reason = " ".join(st.reason.split())
+    if len(reason) > REASON_WIDTH:
+        reason = reason[: REASON_WIDTH - 1] + "…"
+    return deadline, reason or "-"
+
+
 async def list_retirements(client: Client, *, scope: str | None, everything: bool) -> int:
-    """Print one line per retirement, newest first."""
+    """Print one line per retirement, newest first: its search attributes, and the phase
+    deadline and last reason read from its state."""
     now = datetime.now(UTC)
-    rows: list[tuple[str, ...]] = []
+    listed: list[tuple[Any, str]] = []
     async for wf in client.list_workflows(list_query(everything=everything)):
+        deployment = wf.typed_search_attributes.get(SA_DEPLOYMENT) or wf.id.removeprefix(
+            "retirement/"
+        )
+        if scope is None or deployment.startswith(f"{scope}/"):
+            listed.append((wf, deployment))
+    gate = asyncio.Semaphore(LIST_READS)
+
+    async def read(wf: Any) -> tuple[str, str]:
+        async with gate:
+            return await _deadline_and_reason(client, wf, now)
+
+    details = await asyncio.gather(*(read(wf) for wf, _ in listed))
+    rows: list[tuple[str, ...]] = []
+    for (wf, deployment), (deadline, reason) in zip(listed, details, strict=True):
         sa = wf.typed_search_attributes
-        deployment = sa.get(SA_DEPLOYMENT) or wf.id.removeprefix("retirement/")
-        if scope is not None and not deployment.startswith(f"{scope}/"):
-            continue
         replica = f"{sa.get(SA_ROLE) or '?'}:{sa.get(SA_ORDINAL)}"
         age = _age((now - wf.start_time).total_seconds()) if wf.start_time else "?"
-        rows.append(
-            (deployment, replica, sa.get(SA_PHASE) or "?", sa.get(SA_OUTCOME) or "?", age, wf.id)
-        )
+        phase, outcome = sa.get(SA_PHASE) or "?", sa.get(SA_OUTCOME) or "?"
+        rows.append((deployment, replica, phase, outcome, age, deadline, wf.id, reason))
     widths = [max(len(r[i]) for r in [LIST_HEADER, *rows]) for i in range(len(LIST_HEADER))]
     for row in [LIST_HEADER, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())

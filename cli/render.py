@@ -112,6 +112,13 @@ def page(st: RetirementState, now: datetime) -> str:
     if other:
         out.append("Readings")
         out += [f"  {k}: {v}" for k, v in other.items()]
+    if st.restored is not None and (st.restored.restored or st.restored.failed):
+        out.append("Restored")
+        out += [
+            f"  {m}: back in service (label, Services, routers read back)"
+            for m in st.restored.restored
+        ]
+        out += [f"  {m}: {why}" for m, why in sorted(st.restored.failed.items())]
     if st.unrestored:
         when = f" (looked at again {st.recheck_at:%H:%M:%S} UTC)" if st.recheck_at else ""
         out.append(f"Held{when}")

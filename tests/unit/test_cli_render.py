@@ -8,7 +8,14 @@ from datetime import UTC, datetime, timedelta
 import yaml
 
 from cli import render
-from retirement.models import IntentKind, MemberTarget, RetirementRequest, RetirementState, Target
+from retirement.models import (
+    IntentKind,
+    MemberTarget,
+    RestoreResult,
+    RetirementRequest,
+    RetirementState,
+    Target,
+)
 from retirement.phases import Outcome, Phase
 
 T0 = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
@@ -73,6 +80,9 @@ def test_the_page_of_a_held_retirement_says_what_is_held_and_how_to_act() -> Non
     )
     text = render.page(st, T0 + timedelta(seconds=60))
     assert "Held (looked at again 12:01:30 UTC)" in text
+    assert "Restored" not in text
+    back = st.model_copy(update={"restored": RestoreResult(restored=["llm-1"])})
+    assert "llm-1: back in service (label, Services, routers read back)" in render.page(back, T0)
     assert "llm-1: PodReady is False" in text
     assert "retire retry ns/llm --token" in text and "retire abort" not in text
 

@@ -268,6 +268,17 @@ async def test_retire_list_shows_running_and_held_retirements(
 
     line = await eventually_async(listed, what="the held retirement listed", timeout=15)
     assert line.split()[:4] == [ref, "server:1", "Aborted", "Aborted"], line
+    # The deadline column says it holds; the reason is the state's last reason.
+    assert line.split()[5:7] == ["held", held.id], line
+    assert "aborted in Draining" in line, line
+    world.behaviour["drain"] = "hang"
+    running = await start(client, queue)
+    await until(running, Phase.DRAINING)
+    assert await asyncio.to_thread(cli, dev_env, "list", "--in", "ops") == 0
+    out = capsys.readouterr().out
+    row = next(x for x in out.splitlines() if x.startswith(running.id.removeprefix("retirement/")))
+    assert row.split()[2:4] == ["Draining", "Running"] and row.split()[5] == "in", row
+    await running.cancel()
     assert await asyncio.to_thread(cli, dev_env, "list", "--in", "elsewhere") == 0
     assert ref not in capsys.readouterr().out
     assert await asyncio.to_thread(cli, dev_env, "list", "--in", "Not_A_Namespace") == 2
