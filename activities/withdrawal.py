@@ -14,12 +14,13 @@ import httpx
 from temporalio.exceptions import CancelledError
 
 from activities.drain import Replaced, sample_member
-from activities.polling import cancel_seen, poll_until, resumed
+from activities.polling import cancel_seen, poll_until, resumed, seconds_left
 from activities.routers import TIMEOUT_S, Generations, RouterObserver, RouterView, resolve
 from kube.api import KubeApi
 from kube.errors import KubeError
 from kube.members import MemberGone, read_member
 from kube.objects import EndpointSlice, Pod, Service
+from retirement.drain import next_read_in
 from retirement.models import (
     MemberTarget,
     Observation,
@@ -215,9 +216,25 @@ def withdraw(
                 router_removals=removals,
             )
 
+        spacing = [inp.poll_interval_s]
+
+        def next_poll(_: Observation) -> float:
+            """The poll interval, but after a router-less read that could not be made (an
+            exec that timed out under load) the wait doubles, as the drain's does
+            (``retirement.drain.next_read_in``); the quiet window is measured in time, so
+            sparser reads only make it end later, never sooner."""
+            strained = bool(quiet.pop("strained", False))
+            spacing[0] = next_read_in(
+                in_flight=None if strained else 0.0,
+                previous_s=spacing[0],
+                base_s=inp.poll_interval_s,
+                left_s=seconds_left(inp.deadline),
+            )
+            return spacing[0]
+
         return poll_until(
             deadline=inp.deadline,
-            interval=inp.poll_interval_s,
+            interval=next_poll,
             once=once,
             details=lambda obs: WithdrawProgress(
                 polls=obs.polls, removal_requested=sorted(requested), last=obs
@@ -240,6 +257,7 @@ def _routerless(api: KubeApi, inp: PhaseInput, quiet: dict[str, object]) -> tupl
             return Verdict.UNKNOWN, f"router-less: member {e}"
         if not s.complete:
             quiet.clear()
+            quiet["strained"] = True  # the next read backs off (``_spacing``)
             return Verdict.UNKNOWN, f"router-less: {m.pod} {s.reason}"
         counters[m.pod] = s.counters
     now = time.monotonic()

@@ -88,15 +88,18 @@ def next_read_in(
     """Seconds until the next drain round, after a round that read ``in_flight`` requests
     (``busy_in_flight``), the previous wait having been ``previous_s``.
 
-    Quick (``base_s``) after a round that was idle, nearly idle (``NEAR_IDLE_IN_FLIGHT``)
-    or incomplete: the engine may be done at any moment, and the read after a first idle
-    read must follow at once (the two must be consecutive, and ``resume`` judges an idle
-    read's age in base intervals).  While the members stay busy the wait doubles, bounded
-    by ``bound_s`` and by ``SPACING_SHARE_OF_TIME_LEFT`` of ``left_s`` (the time left to the
-    deadline); never below ``base_s``.  Waiting longer skips no read: the rounds stay
-    consecutive, only further apart.
+    Quick (``base_s``) after a round that was idle or nearly idle
+    (``NEAR_IDLE_IN_FLIGHT``): the engine may be done at any moment, and the read after a
+    first idle read must follow at once (the two must be consecutive, and ``resume`` judges
+    an idle read's age in base intervals).  While the members stay busy, or a round could
+    not be read (``in_flight`` None: most often an exec that timed out because the API
+    server or the node is overloaded; more reads would only add to it), the wait doubles,
+    bounded by ``bound_s`` and by ``SPACING_SHARE_OF_TIME_LEFT`` of ``left_s`` (the time left
+    to the deadline); never below ``base_s``.  Waiting longer skips no read: the rounds stay
+    consecutive, only further apart, and an incomplete round breaks a pair of idle reads
+    anyway.
     """
-    if in_flight is None or in_flight <= NEAR_IDLE_IN_FLIGHT:
+    if in_flight is not None and in_flight <= NEAR_IDLE_IN_FLIGHT:
         return base_s
     bound = min(bound_s, SPACING_SHARE_OF_TIME_LEFT * max(left_s, 0.0))
     return max(base_s, min(bound, 2 * max(previous_s, base_s)))

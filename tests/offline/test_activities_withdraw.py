@@ -16,7 +16,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities import RetirementActivities
+from activities import RetirementActivities, polling
 from kube.api import ExecResult
 from kube.errors import Forbidden, KubeError, Unavailable
 from retirement.models import (
@@ -350,3 +350,17 @@ def test_a_failed_list_leaves_withdraw_as_its_application_error(
     assert info.value.type == type(error).__name__
     assert info.value.non_retryable is not error.retryable
     assert_read_only(kube)
+
+
+def test_quiet_window_reads_that_fail_back_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Failed router-less reads (execs timing out while 50 retirements start at once, seen
+    in the worker benchmark) are followed 2, 4, 8 poll intervals later, not at once; the
+    first read that works brings the interval back."""
+    waits: list[float] = []
+    monkeypatch.setattr(polling, "wait_heartbeating", lambda s, _details: waits.append(s))
+    kube, target = admitted()
+    failed = ExecResult(error="exec failed: timed out after 5 s")
+    kube.script_exec("llm-1", failed, failed, failed, idle(), idle())
+    obs = withdraw(kube, target, window=0.0, seconds=5.0)
+    assert obs.verdict is Verdict.VERIFIED
+    assert [round(w, 3) for w in waits] == [0.02, 0.04, 0.08, 0.01]

@@ -39,9 +39,20 @@ def test_busy_reads_double_up_to_the_bound() -> None:
     assert waits([BUSY] * 6) == [2.0, 4.0, 8.0, 8.0, 8.0, 8.0]
 
 
-@pytest.mark.parametrize("n", [None, 0.0, 1.0, NEAR_IDLE_IN_FLIGHT])
-def test_idle_nearly_idle_or_incomplete_rounds_are_followed_quickly(n: float | None) -> None:
+@pytest.mark.parametrize("n", [0.0, 1.0, NEAR_IDLE_IN_FLIGHT])
+def test_idle_or_nearly_idle_rounds_are_followed_quickly(n: float) -> None:
     assert next_read_in(in_flight=n, previous_s=8.0, base_s=1.0, left_s=240.0) == 1.0
+
+
+def test_rounds_that_could_not_be_read_back_off_like_busy_ones() -> None:
+    """An incomplete round (an exec that timed out under load) is followed later, not at
+    once: 2, 4, 8, 8 s, and at once again after the first complete idle round."""
+    waits, previous = [], 1.0
+    for _ in range(4):
+        previous = next_read_in(in_flight=None, previous_s=previous, base_s=1.0, left_s=240.0)
+        waits.append(previous)
+    assert waits == [2.0, 4.0, 8.0, 8.0]
+    assert next_read_in(in_flight=0.0, previous_s=8.0, base_s=1.0, left_s=240.0) == 1.0
 
 
 def test_a_busy_spell_after_a_quick_round_starts_again_from_the_base() -> None:
@@ -73,7 +84,7 @@ def test_the_spacing_stays_within_its_documented_bound(
 ) -> None:
     wait = next_read_in(in_flight=n, previous_s=previous, base_s=base, left_s=left)
     assert base <= wait <= max(base, min(MAX_READ_SPACING_S, SPACING_SHARE_OF_TIME_LEFT * left))
-    if n is None or n <= NEAR_IDLE_IN_FLIGHT:
+    if n is not None and n <= NEAR_IDLE_IN_FLIGHT:
         assert wait == base
 
 
