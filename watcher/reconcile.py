@@ -29,6 +29,7 @@ ModelDeployment; the pass goes on with the others.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Hashable
@@ -261,6 +262,9 @@ class Reconciler:
             del self.refusals[k]
         self._examined.pop(wid, None)
         self._failures.pop(key, None)
+        for gauge in (self.metrics.pending, self.metrics.backing_off):
+            with contextlib.suppress(KeyError):  # no series of a deployment never seen
+                gauge.remove(f"{ns}/{name}")
         if not self.running.may_run(key) or wid in self._orphans_told:
             return
         self.metrics.temporal_calls.labels(call="describe").inc()

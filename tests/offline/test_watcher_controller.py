@@ -373,3 +373,22 @@ async def test_a_restarted_watcher_never_relabels_a_running_retirements_member()
     await w.rec.reconcile_key((NS, MD))
     assert w.eligible(draining) is None
     assert [c.name for c in w.temporal.called("query")] == ["state"]
+
+
+async def test_a_deleted_deployment_leaves_no_pending_series() -> None:
+    """The gauges of a deleted deployment go with it (an alert on pending intents would
+    otherwise fire for a deployment that no longer exists)."""
+    w = make_world()
+    add_md(w, replicas=1)
+    add_replicas(w, range(3))
+    await w.pass_()
+    assert w.metric("retire_watcher_intents_pending", deployment=f"{NS}/{MD}") == 1
+    with w.kube._lock:
+        del w.kube.deployments[(NS, MD)]
+    await w.pass_()
+    assert (
+        w.metrics.registry.get_sample_value(
+            "retire_watcher_intents_pending", {"deployment": f"{NS}/{MD}"}
+        )
+        is None
+    )
