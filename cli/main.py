@@ -24,7 +24,7 @@ import json
 import os
 import re
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -145,8 +145,10 @@ def parse_budgets(text: str) -> Budgets:
 
 #: The columns of ``retire list``.
 LIST_HEADER = ("DEPLOYMENT", "REPLICA", "PHASE", "OUTCOME", "AGE", "DEADLINE", "WORKFLOW", "REASON")
-#: Concurrent reads of ``retire list`` (one query or result per retirement listed).
+#: Concurrent reads of ``retire list`` (one query or result per retirement listed), and
+#: the bound of each: a running retirement whose worker is down cannot answer its query.
 LIST_READS = 16
+LIST_READ_TIMEOUT_S = 2.0
 REASON_WIDTH = 80
 
 
@@ -167,11 +169,13 @@ async def _deadline_and_reason(client: Client, wf: Any, now: datetime) -> tuple[
     listed retirement, read from its state (a query while it runs, its result once it
     ended); ``-`` where it cannot be read."""
     handle = client.get_workflow_handle(wf.id, run_id=wf.run_id, result_type=RetirementState)
+    bound = timedelta(seconds=LIST_READ_TIMEOUT_S)
     try:
         if wf.status is WorkflowExecutionStatus.RUNNING:
-            st: RetirementState = await handle.query(RetirementWorkflow.state)
+            # A query needs a worker: with none polling it would wait; the row says "-".
+            st: RetirementState = await handle.query(RetirementWorkflow.state, rpc_timeout=bound)
         else:
-            st = await handle.result(follow_runs=False)
+            st = await handle.result(follow_runs=False, rpc_timeout=bound)
     except Exception:  # terminated, failed, or not answerable now: the row still prints
         return "-", "-"
     if st.outcome is Outcome.ABORTED and not st.restoring:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import time
 import uuid
 
 import pytest
@@ -174,3 +175,22 @@ async def test_the_kubectl_plugin_name_runs_the_cli() -> None:
     )
     assert done.returncode == 0
     assert done.stdout.startswith("usage: kubectl retire")
+
+
+async def test_list_answers_quickly_when_a_retirement_has_no_worker(
+    dev_env: WorkflowEnvironment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A running retirement whose worker is down cannot answer its state query: its row
+    still prints, with "-" for the deadline and the reason, after the read's 2 s bound
+    (before the bound, ``retire list`` waited on such queries; in CI, with the dev server
+    holding other tests' retirements, each list took about 10 s)."""
+    client = dev_env.client
+    orphan = await start(client, f"nobody-{uuid.uuid4().hex[:8]}")  # no worker polls it
+    ref = orphan.id.removeprefix("retirement/")
+    t0 = time.monotonic()
+    assert await asyncio.to_thread(cli, dev_env, "list", "--in", "ops") == 0
+    took = time.monotonic() - t0
+    row = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(ref + " "))
+    assert row.split()[5:8] == ["-", orphan.id, "-"], row
+    assert took < 15, took
+    await orphan.terminate("test over")
