@@ -79,35 +79,7 @@ def make_pki(directory: Path, *, ips: list[str]) -> Pki:
     csr = directory / "apiserver.csr"
     ext = directory / "apiserver.ext"
     ext.write_text(f"subjectAltName={san}\nextendedKeyUsage=serverAuth\n")
-    _openssl(
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        str(pki.server_key),
-        "-out",
-        str(csr),
-        "-subj",
-        "/CN=kube-apiserver",
-    )
-    _openssl(
-        "x509",
-        "-req",
-        "-in",
-        str(csr),
-        "-CA",
-        str(pki.ca_cert),
-        "-CAkey",
-        str(pki.ca_key),
-        "-CAcreateserial",
-        "-days",
-        "30",
-        "-out",
-        str(pki.server_cert),
-        "-extfile",
-        str(ext),
-    )
+    _signed(pki, key=pki.server_key, cert=pki.server_cert, cn="kube-apiserver", csr=csr, ext=ext)
     _openssl("genrsa", "-out", str(pki.sa_key), "2048")
     _openssl("rsa", "-in", str(pki.sa_key), "-pubout", "-out", str(pki.sa_pub))
     return pki
@@ -121,33 +93,18 @@ def make_client_cert(pki: Pki, name: str, *, cn: str) -> tuple[Path, Path]:
     cert, key = pki.dir / f"{name}.crt", pki.dir / f"{name}.key"
     csr, ext = pki.dir / f"{name}.csr", pki.dir / f"{name}.ext"
     ext.write_text("extendedKeyUsage=clientAuth\n")
-    _openssl(
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        str(key),
-        "-out",
-        str(csr),
-        "-subj",
-        f"/CN={cn}",
-    )
-    _openssl(
-        "x509",
-        "-req",
-        "-in",
-        str(csr),
-        "-CA",
-        str(pki.ca_cert),
-        "-CAkey",
-        str(pki.ca_key),
-        "-CAcreateserial",
-        "-days",
-        "30",
-        "-out",
-        str(cert),
-        "-extfile",
-        str(ext),
-    )
+    _signed(pki, key=key, cert=cert, cn=cn, csr=csr, ext=ext)
     return cert, key
+
+
+def _signed(pki: Pki, *, key: Path, cert: Path, cn: str, csr: Path, ext: Path) -> None:
+    """A new key and a certificate for subject ``cn``, signed by ``pki``'s CA for 30 days
+    with the extensions in ``ext``."""
+    _openssl(
+        "req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
+        "-subj", f"/CN={cn}",
+    )  # fmt: skip
+    _openssl(
+        "x509", "-req", "-in", str(csr), "-CA", str(pki.ca_cert), "-CAkey", str(pki.ca_key),
+        "-CAcreateserial", "-days", "30", "-out", str(cert), "-extfile", str(ext),
+    )  # fmt: skip
