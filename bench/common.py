@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -186,3 +187,18 @@ def wait_until(what: str, check: Callable[[], Any], *, timeout: float, every: fl
             last = e
         time.sleep(every)
     raise TimeoutError(f"{what}: not true after {timeout:.0f} s (last: {last!r})")
+
+
+def with_timeout_delete_namespace(core: client.CoreV1Api, ns: str, timeout: float = 300) -> None:
+    """Delete the namespace and wait (bounded) until it is gone, so the next fleet starts on
+    a quiet API server."""
+    try:
+        core.delete_namespace(ns)
+        wait_until(
+            f"namespace {ns} gone",
+            lambda: ns not in {n.metadata.name for n in core.list_namespace().items},
+            timeout=timeout,
+            every=2,
+        )
+    except Exception as e:
+        say(f"namespace {ns} not deleted in time: {e}")

@@ -57,6 +57,7 @@ from bench.common import (
     start_temporal,
     table,
     wait_until,
+    with_timeout_delete_namespace,
 )
 from bench.held_retirement import HeldRetirement
 from retirement.models import workflow_id_for
@@ -290,21 +291,6 @@ async def one_fleet(
         "watcher_alive": alive,
         "latencies_ms": [x * 1000 for x in latencies],
     }
-
-
-def with_timeout_delete_namespace(core: client.CoreV1Api, ns: str, timeout: float = 300) -> None:
-    """Delete the namespace and wait (bounded) until it is gone, so the next fleet starts on
-    a quiet API server."""
-    try:
-        core.delete_namespace(ns)
-        wait_until(
-            f"namespace {ns} gone",
-            lambda: ns not in {n.metadata.name for n in core.list_namespace().items},
-            timeout=timeout,
-            every=2,
-        )
-    except Exception as e:
-        say(f"namespace {ns} not deleted in time: {e}")
 
 
 async def run(

@@ -56,8 +56,8 @@ from bench.common import (
     start_temporal,
     table,
     wait_until,
+    with_timeout_delete_namespace,
 )
-from bench.watcher_fleet import with_timeout_delete_namespace
 from retirement.models import (
     RetirementRequest,
     RetirementState,
