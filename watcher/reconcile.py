@@ -181,11 +181,13 @@ class Reconciler:
         reconciles only the deployments an event touched; this pass is for tests, tools
         and a watcher run without informers."""
         result = PassResult()
-        raws = self._deployments()
-        entries = [d for d in (decode_deployment(r) for r in raws) if d is not None]
-        for raw in raws:
-            if decode_deployment(raw) is None:  # cannot even be keyed: say so, skip it
+        entries = []
+        for raw in self._deployments():
+            decoded = decode_deployment(raw)
+            if decoded is None:  # cannot even be keyed: say so, skip it
                 self._malformed(_unkeyed(raw))
+            else:
+                entries.append(decoded)
         self.fleet.replace_deployments(entries)
         pods: list[Pod] = []
         unlisted: set[Key] = set()
