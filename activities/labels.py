@@ -34,6 +34,7 @@ from retirement.eligibility import label_refusal
 from retirement.models import IntentKind, MemberTarget, Observation, RestoreResult, Target
 from retirement.names import LABEL_ELIGIBLE
 from retirement.phases import Verdict
+from retirement.shape import GROUP_SHAPES
 
 #: How often disqualify reads again a member whose label changed under it, per run.
 LABEL_ATTEMPTS = 3
@@ -243,7 +244,9 @@ def restore_once(
     removed, preferred; ``asked``: when each add was last asked and what the router
     answered, kept across passes)."""
     done = set(result.restored) | set(result.failed)
-    group = len(target.members) > 1
+    # A group is the replica's shape, not the number of members this retirement bound: a
+    # surplus shed may bind one member of a multi-member group.
+    group = len(target.members) > 1 or target.shape in GROUP_SHAPES
     restored, held, failed = list(result.restored), dict(result.held), dict(result.failed)
     routers = _Routers(api, target, http, removals, {} if asked is None else asked)
     try:

@@ -42,6 +42,11 @@ class Shape(StrEnum):
     UNDECIDABLE = "Undecidable"
 
 
+#: The shapes of a replica made of several members (a group): its members go back into
+#: routing only after the identity probe (``retirement.eligibility``).
+GROUP_SHAPES = frozenset({Shape.LEADER_SERVED.value, Shape.EXTERNAL_DP.value})
+
+
 @dataclass(frozen=True)
 class ShapeReading:
     """A role's shape and, where it is not a supported shape, why."""

@@ -574,3 +574,41 @@ def test_a_held_member_is_restored_as_soon_as_it_is_ready() -> None:
     )
     thread.join(5)
     assert done == [RestoreResult(restored=["llm-1"])]
+
+
+def test_restore_probes_a_surplus_member_of_a_group_even_when_it_is_the_only_target(
+    engines: Any,
+) -> None:
+    """A surplus shed of one duplicate leader of a two-member group binds one member, yet
+    that member belongs to a group: the label goes back only after the identity probe (the
+    watcher never labels it either).  Counted by the target's member count alone, it read
+    as a single-member replica and was labelled with no probe at all."""
+    log = engines(vllm_echo)
+    kube = FakeKube()
+    kube.add_deployment(model_deployment(MD, namespace=NS, replicas=2, size=2, version="0.1.0"))
+    kube.add_pod(group_member(0))
+    kube.add_pod(group_member(1))
+    kube.add_pod(
+        member_pod(
+            "llm-1-0b", deployment=MD, ordinal=1, member=0, uid="uid-1-0b", ip="198.18.1.40"
+        )
+    )
+    req = RetirementRequest(
+        namespace=NS,
+        deployment=MD,
+        role="server",
+        ordinal=1,
+        intent=IntentKind.SURPLUS_SHED,
+        members=["llm-1-0b"],
+    )
+    admission: Admission = ActivityEnvironment().run(
+        RetirementActivities(kube).admit, AdmitInput(request=req, workflow_id="wf")
+    )
+    assert admission.target is not None, admission.refusal
+    assert [m.pod for m in admission.target.members] == ["llm-1-0b"]
+    assert disqualify(kube, admission.target).verdict is Verdict.VERIFIED
+    kube.calls.clear()
+    result = restore(kube, admission.target, seconds=0.05)
+    assert result.held == {"llm-1-0b": "identity probe unsupported for vLLM 0.1.0"}
+    assert result.restored == []
+    assert eligible(kube, "llm-1-0b") is None and writes(kube) == [] and log == []
