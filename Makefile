@@ -11,6 +11,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	# vllm-router 0.1.15, the release gpustack pins, beside the venv's 0.1.17 (same package
+	# name, so in its own directory; it uses 0.1.17's dependencies): testbed/bed.py runs it.
+	$(BIN)/pip install --quiet --no-deps --upgrade --target $(VENV)/vllm-router-0.1.15 vllm-router==0.1.15
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -28,7 +28,7 @@ from kube.client import Kube
 from retirement.models import RetirementState, workflow_id_for
 from retirement.names import GROUP, PLURAL, VERSION
 from retirement.phases import Outcome
-from testbed.bed import Bed, wait_for
+from testbed.bed import ROUTERS, Bed, wait_for
 from testbed.load import Load
 from testbed.paths import REPO_ROOT, missing_binaries
 from testbed.procs import Child
@@ -37,7 +37,9 @@ from worker.__main__ import build_worker
 from workflows.retirement import RetirementWorkflow
 
 NS = "demo"
-DEPLOYMENTS = [("llama", "vLLM"), ("qwen", "SGLang")]
+#: (name, engine, router program): one deployment behind vllm-router, one behind the SGLang
+#: model gateway, each router a real process with service discovery on the bed.
+DEPLOYMENTS = [("llama", "vLLM", "vllm-router"), ("qwen", "SGLang", "sglang-router")]
 
 
 def say(msg: str) -> None:
@@ -45,15 +47,15 @@ def say(msg: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def manifest(name: str, engine: str) -> dict[str, Any]:
-    """A 2-replica ModelDeployment behind the SGLang gateway."""
+def manifest(name: str, engine: str, router: str) -> dict[str, Any]:
+    """A 2-replica ModelDeployment behind a router of kind ``router``."""
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "ModelDeployment",
         "metadata": {"name": name},
         "spec": {
             "engine": {"name": engine, "version": "0.29.0" if engine == "vLLM" else "0.5.21"},
-            "router": {"kind": "sglang-gateway"},
+            "router": {"kind": router},
             "roles": [{"name": "server", "kind": "Server", "replicas": 2, "size": 1}],
         },
     }
@@ -81,8 +83,10 @@ async def demo(args: argparse.Namespace) -> int:
         bed.create_namespace(NS)
         api = bed.api_client()
         co = client.CustomObjectsApi(api)
-        for name, engine in DEPLOYMENTS:
-            co.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, manifest(name, engine))
+        for name, engine, router in DEPLOYMENTS:
+            co.create_namespaced_custom_object(
+                GROUP, VERSION, NS, PLURAL, manifest(name, engine, ROUTERS[router])
+            )
         bed.operator(NS, request_seconds=2.0)
         core = client.CoreV1Api(api)
         wait_for(
@@ -100,10 +104,10 @@ async def demo(args: argparse.Namespace) -> int:
             ),
             timeout=90,
         )
-        routers = {name: bed.start_sglang_router(NS, name) for name, _ in DEPLOYMENTS}
+        routers = {name: bed.start_router(NS, name, program=p) for name, _, p in DEPLOYMENTS}
         say(
-            "ModelDeployments llama (vLLM) and qwen (SGLang), 2 replicas each, "
-            "behind the SGLang model gateway:"
+            "ModelDeployments llama (vLLM, behind vllm-router) and qwen (SGLang, behind the "
+            "SGLang model gateway), 2 replicas each:"
         )
         print(f"    kubectl --kubeconfig {bed.cp.kubeconfig} get md,pods -n {NS} -o wide")
         print(f"    Temporal UI: {cfg.ui_url}")
@@ -128,8 +132,8 @@ async def demo(args: argparse.Namespace) -> int:
                         routers["llama"], streams=args.streams, min_s=1, max_s=5, max_duration_s=900
                     ).start()
                     say(
-                        f"load: {args.streams} request streams (1-5 s each) through the "
-                        "llama gateway"
+                        f"load: {args.streams} request streams (1-5 s each) through "
+                        "llama's vllm-router"
                     )
                     await asyncio.sleep(3)
                     await retire_one(tc, co, cfg.ui_url)

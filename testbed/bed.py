@@ -1,5 +1,6 @@
 """The whole local test bed: the control plane, the engine emulators, the stand-in operator
-and the real SGLang model gateway, each inside the bed's network namespace where needed."""
+and the real routers (SGLang model gateway, smg, vllm-router), each inside the bed's network
+namespace where needed."""
 
 from __future__ import annotations
 
@@ -159,11 +160,23 @@ class Bed:
 
     # ------------------------------------------------------------------ routers
 
-    def start_sglang_router(self, namespace: str, deployment: str, *, timeout: float = 60) -> str:
-        """Run the real SGLang model gateway for ``deployment`` on its router Pod's address,
-        with Kubernetes service discovery selecting eligible members.  Returns its URL."""
+    def start_router(
+        self,
+        namespace: str,
+        deployment: str,
+        *,
+        program: str = "sglang-router",
+        pod: str | None = None,
+        timeout: float = 60,
+    ) -> str:
+        """Run the real router ``program`` (one of ``ROUTERS``) for ``deployment`` on the
+        address of its router Pod (``pod``, default the stand-in operator's), with
+        Kubernetes service discovery selecting the eligible members.  Returns its URL.
+        ``bed.routers`` keeps it under the Pod's name."""
+        if program not in ROUTERS:
+            raise ValueError(f"no real router {program!r} here (have {sorted(ROUTERS)})")
         core = client.CoreV1Api(self.api_client())
-        name = router_pod_name(deployment)
+        name = pod or router_pod_name(deployment)
 
         def pod_ip() -> str | None:
             pod = core.read_namespaced_pod(name, namespace)
@@ -176,52 +189,93 @@ class Bed:
         env = _no_proxy_env()
         env["KUBECONFIG"] = str(self.cp.kubeconfig)
         child = Child(
-            name=f"sglang-router-{deployment}",
+            name=f"{program}-{deployment}",
             argv=self.net.in_ns(
-                [
-                    str(venv_bin("sglang-router")),
-                    "launch",
-                    "--host",
-                    ip,
-                    "--port",
-                    str(ROUTER_PORT),
-                    "--service-discovery",
-                    "--selector",
-                    f"{LABEL_INSTANCE}={deployment}",
-                    f"{LABEL_ELIGIBLE}=true",
-                    "--service-discovery-port",
-                    str(SERVE_PORT),
-                    "--service-discovery-namespace",
-                    namespace,
-                    "--policy",
-                    "round_robin",
-                    # Its Prometheus exporter binds to its own Pod address (routers share the
-                    # namespace's loopback).
-                    "--prometheus-host",
-                    ip,
-                    "--prometheus-port",
-                    "29000",
-                    "--health-check-interval-secs",
-                    "1",
-                    "--worker-startup-check-interval",
-                    "1",
-                    "--log-level",
-                    "info",
-                ]
+                router_argv(program, ip=ip, namespace=namespace, deployment=deployment)
             ),
-            log_path=self.state_dir / "logs" / f"sglang-router-{deployment}.log",
+            log_path=self.state_dir / "logs" / f"{program}-{deployment}.log",
             env=env,
         )
-        self.routers[deployment] = child
+        self.routers[name] = child
         url = f"http://{ip}:{ROUTER_PORT}"
+        probe = "/list_workers" if ROUTERS[program] == "vllm-router" else "/workers"
 
         def healthy() -> bool:
             opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-            with opener.open(url + "/workers", timeout=2) as resp:
+            with opener.open(url + probe, timeout=2) as resp:
                 return int(resp.status) == 200
 
-        wait_until("sglang router", healthy, timeout=timeout, child=child)
+        wait_until(program, healthy, timeout=timeout, child=child)
         return url
+
+    def start_sglang_router(self, namespace: str, deployment: str, *, timeout: float = 60) -> str:
+        """The SGLang model gateway (``sglang-router`` 0.3.2) for ``deployment``."""
+        return self.start_router(namespace, deployment, program="sglang-router", timeout=timeout)
+
+
+#: The real routers the bed runs (their executables, from pyproject's dev dependencies) and
+#: the router kind a ModelDeployment declares for each: the CRD knows ``sglang-gateway``
+#: for the SGLang model gateway whichever release runs it (0.3.x or its successor smg).
+ROUTERS = {
+    "sglang-router": "sglang-gateway",  # 0.3.2
+    "smg": "sglang-gateway",  # 1.13.0, the gateway's successor
+    "vllm-router": "vllm-router",  # 0.1.17
+    # The release gpustack pins: its discovery keeps a de-labelled Pod (vllm-project/router
+    # #279), so only the product's active removal takes the member out.  Installed beside
+    # the venv's 0.1.17 by `make venv` (``OLD_VLLM_ROUTER``).
+    "vllm-router-0.1.15": "vllm-router",
+}
+
+#: Where `make venv` installs vllm-router 0.1.15 (``--target``, no dependencies: it shares
+#: 0.1.17's, which the venv has).
+OLD_VLLM_ROUTER = Path(sys.executable).parent.parent / "vllm-router-0.1.15"
+
+
+def router_argv(program: str, *, ip: str, namespace: str, deployment: str) -> list[str]:
+    """The command line of the real router ``program``: service discovery of the deployment's
+    eligible members on the bed, bound to the router Pod's address (routers share the
+    namespace's loopback, so every listener, the Prometheus exporter too, binds that
+    address), health checks every second, nothing fetched from a model hub."""
+    discovery = [
+        "--service-discovery",
+        "--selector",
+        f"{LABEL_INSTANCE}={deployment}",
+        f"{LABEL_ELIGIBLE}=true",
+        "--service-discovery-port",
+        str(SERVE_PORT),
+        "--service-discovery-namespace",
+        namespace,
+    ]
+    common = [
+        "--host",
+        ip,
+        "--port",
+        str(ROUTER_PORT),
+        *discovery,
+        "--policy",
+        "round_robin",
+        "--prometheus-host",
+        ip,
+        "--prometheus-port",
+        "29000",
+        "--health-check-interval-secs",
+        "1",
+        "--worker-startup-check-interval",
+        "1",
+    ]
+    if program == "vllm-router-0.1.15":
+        if not (OLD_VLLM_ROUTER / "vllm_router").is_dir():
+            raise FileNotFoundError(f"vllm-router 0.1.15 is not in {OLD_VLLM_ROUTER}: make venv")
+        run = f"import sys; sys.path.insert(0, {str(OLD_VLLM_ROUTER)!r}); "
+        run += "from vllm_router.launch_router import main; main()"
+        return [sys.executable, "-c", run, *common, "--log-level", "info"]
+    exe = str(venv_bin(program))
+    if program == "sglang-router":
+        return [exe, "launch", *common, "--log-level", "info"]
+    if program == "smg":
+        # smg loads a tokenizer per model unless told not to; nothing may leave the bed.
+        return [exe, "launch", *common, "--disable-tokenizer-autoload", "--log-level", "info"]
+    return [exe, *common, "--log-level", "info"]
 
 
 def _no_proxy_env() -> dict[str, str]:

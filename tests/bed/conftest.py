@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from kubernetes import client
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
 
+from activities import Kube
 from retirement.names import GROUP, PLURAL, VERSION
 from testbed.bed import Bed
 from testbed.paths import REPO_ROOT
 from testbed.procs import exit_on_sigterm
+from worker.__main__ import build_worker
 
 
 @pytest.fixture(scope="session")
@@ -60,3 +66,30 @@ def _stop_what_the_test_started(bed: Bed) -> Iterator[None]:
     del bed.operators[operators:]
     for name in set(bed.routers) - routers:
         bed.routers.pop(name).stop(timeout=5)
+
+
+@dataclass
+class Ctx:
+    """A test's bed, dev server client, its own worker's task queue and namespace."""
+
+    bed: Bed
+    client: Client
+    queue: str
+    core: client.CoreV1Api
+    ns: str
+
+
+@pytest.fixture
+async def ctx(bed: Bed, dev_env: WorkflowEnvironment, namespace: str) -> AsyncIterator[Ctx]:
+    """A real worker (the product's activities against the bed) on a fresh task queue."""
+    queue = f"retire-{uuid.uuid4().hex[:8]}"
+    kube = Kube.from_config(kubeconfig=str(bed.cp.kubeconfig))
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        async with build_worker(dev_env.client, task_queue=queue, kube=kube, executor=pool):
+            yield Ctx(
+                bed=bed,
+                client=dev_env.client,
+                queue=queue,
+                core=client.CoreV1Api(bed.api_client()),
+                ns=namespace,
+            )

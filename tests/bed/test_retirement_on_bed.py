@@ -5,19 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 from kubernetes import client
-from temporalio.client import Client, WorkflowHandle
-from temporalio.testing import WorkflowEnvironment
+from temporalio.client import WorkflowHandle
 
-from activities import Kube
 from retirement.budgets import Budgets
 from retirement.models import AbortRequest, RetirementRequest, RetirementState, workflow_id_for
 from retirement.names import (
@@ -30,40 +25,15 @@ from retirement.names import (
     VERSION,
 )
 from retirement.phases import Outcome, Phase
-from testbed.bed import Bed
-from tests.bed.conftest import create_md
+from testbed.bed import ROUTERS
+from tests.bed.conftest import Ctx, create_md
 from tests.helpers import eventually, eventually_async, eventually_in_thread, model_deployment
-from worker.__main__ import build_worker
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
 
 pytestmark = [pytest.mark.bed, pytest.mark.asyncio(loop_scope="session")]
 
 SHORT = Budgets(overall_s=90, withdrawal_s=20, drain_s=30, settle_s=20, poll_interval_s=0.5)
 TIMINGS: dict[str, dict[str, float]] = {}
-
-
-@dataclass
-class Ctx:
-    bed: Bed
-    client: Client
-    queue: str
-    core: client.CoreV1Api
-    ns: str
-
-
-@pytest.fixture
-async def ctx(bed: Bed, dev_env: WorkflowEnvironment, namespace: str) -> AsyncIterator[Ctx]:
-    queue = f"retire-{uuid.uuid4().hex[:8]}"
-    kube = Kube.from_config(kubeconfig=str(bed.cp.kubeconfig))
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        async with build_worker(dev_env.client, task_queue=queue, kube=kube, executor=pool):
-            yield Ctx(
-                bed=bed,
-                client=dev_env.client,
-                queue=queue,
-                core=client.CoreV1Api(bed.api_client()),
-                ns=namespace,
-            )
 
 
 def pods_of(ctx: Ctx, md: str, ordinal: int | None = None) -> list[client.V1Pod]:
@@ -94,20 +64,25 @@ async def deploy(
     *,
     engine: str = "vLLM",
     router: bool = True,
+    router_program: str = "sglang-router",
     request_seconds: float = 1.0,
     **kw: Any,
 ) -> str | None:
+    """Create a ModelDeployment, its Pods and emulators, and (``router``) its real router
+    ``router_program`` (``testbed.bed.ROUTERS``); returns the router's URL."""
     api = ctx.bed.api_client()
     create_md(
         api,
         ctx.ns,
-        model_deployment(name, engine=engine, router="sglang-gateway" if router else None, **kw),
+        model_deployment(
+            name, engine=engine, router=ROUTERS[router_program] if router else None, **kw
+        ),
     )
     ctx.bed.operator(ctx.ns, request_seconds=request_seconds)
     await asyncio.to_thread(serving, ctx, name, kw.get("replicas", 2))
     if not router:
         return None
-    url = await asyncio.to_thread(ctx.bed.start_sglang_router, ctx.ns, name)
+    url = await asyncio.to_thread(ctx.bed.start_router, ctx.ns, name, program=router_program)
     return url
 
 
