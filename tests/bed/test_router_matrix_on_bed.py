@@ -17,6 +17,7 @@ at the end (``MATRIX``) is what the README's router matrix reports.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -47,6 +48,15 @@ pytestmark = [pytest.mark.bed, pytest.mark.asyncio(loop_scope="session")]
 
 PROGRAMS = sorted(ROUTERS)
 MATRIX: dict[str, dict[str, str]] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _print_the_matrix() -> Iterator[None]:
+    """Print what the scenarios recorded, once the file's tests ran (``pytest -s``)."""
+    yield
+    for program, cells in sorted(MATRIX.items()):
+        for scenario, what in cells.items():
+            print(f"{program:19} {scenario:17} {what}")
 
 
 def selected(program: str, router: str) -> set[str]:
@@ -224,10 +234,3 @@ async def test_every_router_pod_must_stop_selecting_it_mixed_gateway_releases(ct
         assert worker_url(victim) not in now and worker_url(keep) in now, (program, now)
     asked = {r.split("|")[0] for r in st.router_removals}  # router Pod UIDs
     record("sglang-router + smg", "two router Pods", f"completed; removal asked of {len(asked)}")
-
-
-def test_print_the_matrix() -> None:
-    """Print what the scenarios above recorded (run last in this file)."""
-    for kind, cells in sorted(MATRIX.items()):
-        for scenario, what in cells.items():
-            print(f"{kind:15} {scenario:18} {what}")
