@@ -22,10 +22,16 @@ Figures per M:
   started; per scale-down, and per change (scale-downs plus churn patches);
 * Temporal RPCs per scale-down: the watcher's own ``retire_watcher_temporal_calls``, and
   the dev server's frontend requests minus the benchmark's own ``describe`` calls;
-* the watcher's CPU seconds (``/proc/<pid>/stat``) per scale-down and per second of the
-  window, its start-up (first healthy pass) time and CPU, and its RSS now and at peak.
+* the watcher's CPU (``/proc/<pid>/stat``, every thread): per change (scale-downs plus
+  churn patches) and per second of the window; its idle CPU per second, measured for
+  ``--idle`` seconds after it is ready and before the churn starts (the visibility query
+  every 2 s, the Temporal client, timers), and the CPU per change above that idle rate;
+  the CPU per change of ``--churn-only`` seconds of churn alone (before the window), and
+  from it what each scale-down cost beyond that churn;
+  its start-up (first healthy pass) time and CPU, and its RSS now and at peak.
 
-Run: ``python -m bench watcher [--fleets 10,100,500] [--k 20] [--churn 10] [--interval 1]``.
+Run: ``python -m bench watcher [--fleets 10,100,500] [--k 20] [--churn 10] [--interval 1]
+[--idle 10] [--churn-only 10]``.
 """
 
 from __future__ import annotations
@@ -143,7 +149,15 @@ SCALE_DOWN = {"spec": {"roles": [{"name": "server", "kind": "Server", "replicas"
 
 
 async def one_fleet(
-    bed: Bed, dev: DevServer, m: int, *, k: int, churn_rate: float, interval: float
+    bed: Bed,
+    dev: DevServer,
+    m: int,
+    *,
+    k: int,
+    churn_rate: float,
+    interval: float,
+    idle_s: float = 10.0,
+    churn_only_s: float = 10.0,
 ) -> dict[str, Any]:
     """Build a fleet of ``m`` deployments, run the watcher, measure ``k`` scale-downs."""
     ns = f"wf{m}"
@@ -202,6 +216,17 @@ async def one_fleet(
         startup_cpu = cpu_seconds(watcher.pid)
         say(f"M={m}: watcher ready after {startup_s:.1f} s ({startup_cpu:.1f} CPU s)")
         await asyncio.sleep(3)
+        cpu_i, t_i = cpu_seconds(watcher.pid), time.monotonic()
+        await asyncio.sleep(idle_s)
+        idle_per_s = (cpu_seconds(watcher.pid) - cpu_i) / (time.monotonic() - t_i)
+        # The churn alone (no scale-down, so no reconcile that starts anything).
+        churn_only = Churn(core, ns, [p["metadata"]["name"] for p in pods], churn_rate)
+        cpu_c, t_c = cpu_seconds(watcher.pid), time.monotonic()
+        churn_only.start()
+        await asyncio.sleep(churn_only_s)
+        churn_only.stop()
+        churn_cpu = cpu_seconds(watcher.pid) - cpu_c - idle_per_s * (time.monotonic() - t_c)
+        churn_ms = churn_cpu / max(1, churn_only.done) * 1000
 
         api0, fe0, tw0 = (
             apiserver_requests(bed),
@@ -261,6 +286,7 @@ async def one_fleet(
     say(f"M={m}: deleting the fleet")
     with_timeout_delete_namespace(core, ns)
     n = len(picks)
+    changes = n + churn.done
     return {
         "m": m,
         "pods": len(pods),
@@ -282,6 +308,13 @@ async def one_fleet(
         "temporal_server_per_scale": fe_total / n,
         "cpu_per_scale": (cpu1 - cpu0) / n,
         "cpu_per_s": (cpu1 - cpu0) / window,
+        "cpu_ms_per_change": (cpu1 - cpu0) / changes * 1000,
+        "idle_cpu_per_s": idle_per_s,
+        "above_idle_ms_per_change": (cpu1 - cpu0 - idle_per_s * window) / changes * 1000,
+        "churn_ms_per_change": churn_ms,
+        "churn_only_changes": churn_only.done,
+        # What a scale-down costs beyond the churn around it (its reconcile, the start).
+        "scale_ms": (cpu1 - cpu0 - idle_per_s * window - churn_ms / 1000 * churn.done) / n * 1000,
         "rss_mib": rss,
         "hwm_mib": hwm,
         "churn": churn.done,
@@ -294,7 +327,12 @@ async def one_fleet(
 
 
 async def run(
-    fleets: list[int], k: int, churn_rate: float, interval: float
+    fleets: list[int],
+    k: int,
+    churn_rate: float,
+    interval: float,
+    idle_s: float = 10.0,
+    churn_only_s: float = 10.0,
 ) -> list[dict[str, Any]]:
     """Every fleet size on one bed and one dev server."""
     exit_on_sigterm()
@@ -307,7 +345,16 @@ async def run(
         dev = start_temporal(bed.state_dir / "temporal")
         for m in fleets:
             results.append(
-                await one_fleet(bed, dev, m, k=k, churn_rate=churn_rate, interval=interval)
+                await one_fleet(
+                    bed,
+                    dev,
+                    m,
+                    k=k,
+                    churn_rate=churn_rate,
+                    interval=interval,
+                    idle_s=idle_s,
+                    churn_only_s=churn_only_s,
+                )
             )
             report(results)
     finally:
@@ -339,8 +386,12 @@ def report(results: list[dict[str, Any]]) -> None:
             r["api_per_change"],
             r["temporal_watcher_per_scale"],
             r["temporal_server_per_scale"],
-            r["cpu_per_scale"],
+            r["cpu_ms_per_change"],
+            r["above_idle_ms_per_change"],
+            r["churn_ms_per_change"],
+            r["scale_ms"],
             r["cpu_per_s"],
+            r["idle_cpu_per_s"],
             r["startup_s"],
             r["rss_mib"],
             r["hwm_mib"],
@@ -359,8 +410,12 @@ def report(results: list[dict[str, Any]]) -> None:
                 "API/change",
                 "RPC/scale(w)",
                 "RPC/scale(srv)",
-                "CPU s/scale",
+                "CPU ms/chg",
+                ">idle ms/chg",
+                "churn ms/chg",
+                "ms/scale",
                 "CPU s/s",
+                "idle CPU s/s",
                 "start s",
                 "RSS MiB",
                 "peak MiB",
@@ -382,7 +437,11 @@ def report(results: list[dict[str, Any]]) -> None:
         "rate; RPC (w) = the watcher's retire_watcher_temporal_calls, (srv) = the dev "
         "server's frontend requests but workers' (Poll*, Respond*, ...) and "
         "DescribeWorkflowExecution (the benchmark polls it); "
-        "start = first healthy pass"
+        "start = first healthy pass; CPU ms/chg = the watcher's CPU over the window per "
+        "change (scale-downs + churn patches), >idle = the same above its idle rate (idle "
+        "CPU s/s, measured before the churn); churn ms/chg = above idle per change of a "
+        "churn-only stretch before the window; ms/scale = what each scale-down cost beyond "
+        "idle and that churn rate (its reconciles, the start)"
     )
 
 
@@ -422,10 +481,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--k", type=int, default=20, help="scale-downs per fleet")
     p.add_argument("--churn", type=float, default=10.0, help="Pod changes per second")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between scale-downs")
+    p.add_argument(
+        "--idle", type=float, default=10.0, help="seconds of the watcher's idle CPU measured"
+    )
+    p.add_argument("--churn-only", type=float, default=10.0, help="seconds of churn alone measured")
     a = p.parse_args(argv)
     fleets = [int(x) for x in a.fleets.split(",") if x.strip()]
     results = asyncio.run(
-        run(fleets, a.k, a.churn, a.interval)
+        run(fleets, a.k, a.churn, a.interval, a.idle, a.churn_only)
     )  # prints the table after each fleet
     picture(results)
     return 0

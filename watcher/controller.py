@@ -2,7 +2,10 @@
 
 - Informers (``watcher.informer``) list+watch ModelDeployments and the Pods of one, in
   every namespace or in each ``--watch-namespace``; every event is applied to the cache
-  (``watcher.fleet``) on the event loop, and the deployments it touched are queued.
+  (``watcher.fleet``) on the event loop, and the deployments it touched are queued: not
+  those it changed nothing of that their reconcile reads (``watcher.changes``; a change
+  of a Pod's other labels or annotations touches a deployment only while a refusal of it
+  is remembered or its reconcile is under way, ``reads_every_label``).
 - The work queue (``watcher.workqueue``) de-duplicates keys, never reconciles one
   deployment twice at once, requeues a failed one with a back-off, and brings a refused
   intent back when its back-off ends.
@@ -53,6 +56,15 @@ class Controller:
     #: Consecutive reconciles that failed only because the API server or Temporal was
     #: unreachable (readiness drops while it is not zero).
     unreachable_streak: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self.rec.fleet.reads_every_label = self.reads_every_label
+
+    def reads_every_label(self, key: Key) -> bool:
+        """Whether the reconcile of ``key`` reads every label and annotation of its Pods
+        now: a refusal of it is remembered (it depends on them), or its reconcile is under
+        way (it may be recording one from the Pods it read before)."""
+        return self.queue.in_flight(key) or self.rec.has_refusals(key)
 
     async def run(self, stop: threading.Event) -> None:
         """Run until ``stop`` is set."""

@@ -6,19 +6,25 @@ content, a watch event changes one object.  Each change answers which deployment
 touched, and only those are reconciled.  A Pod belongs to the deployment its
 ``app.kubernetes.io/instance`` label names (a Pod whose label moves touches both).
 
+A watch event that changes nothing the reconcile reads (``watcher.changes``) is cached
+but touches nothing; a Pod change of labels it does not read or of annotations only
+touches its deployment when ``reads_every_label`` says the deployment's reconcile reads
+them (the controller answers: a refusal is remembered, or a reconcile is under way).
+
 The cache is owned by one thread (the watcher's event loop): informer threads hand it
 their bodies already decoded, never mutate it themselves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kube.deployment import MalformedDeployment, ModelDeployment, parse_deployment
 from kube.objects import Pod
 from retirement.names import LABEL_INSTANCE
+from watcher.changes import Change, deployment_changed, pod_change
 
 #: A deployment: (namespace, name).
 Key = tuple[str, str]
@@ -69,6 +75,9 @@ class Fleet:
     pods: dict[Key, dict[str, Pod]] = field(default_factory=dict)
     #: Where each Pod is filed: (namespace, Pod name) -> its deployment's key.
     _owner: dict[Key, Key] = field(default_factory=dict)
+    #: Whether the reconcile of a deployment reads every label and annotation of its Pods
+    #: now (then a change of any of them touches it); by default it always does.
+    reads_every_label: Callable[[Key], bool] = field(default=lambda key: True, repr=False)
 
     # ------------------------------------------------------------ reading
 
@@ -87,9 +96,11 @@ class Fleet:
     # ------------------------------------------------------------ ModelDeployments
 
     def put_deployment(self, key: Key, entry: Entry) -> set[Key]:
-        """An ADDED or MODIFIED ModelDeployment."""
+        """An ADDED or MODIFIED ModelDeployment (touched unless it reads as the cached
+        one: ``watcher.changes.deployment_changed``)."""
+        before = self.deployments.get(key)
         self.deployments[key] = entry
-        return {key}
+        return {key} if before is None or deployment_changed(before, entry) else set()
 
     def drop_deployment(self, key: Key) -> set[Key]:
         """A DELETED ModelDeployment."""
@@ -112,9 +123,18 @@ class Fleet:
     # ------------------------------------------------------------ Pods
 
     def put_pod(self, pod: Pod) -> set[Key]:
-        """An ADDED or MODIFIED Pod."""
-        touched = self._unfile(pod.namespace, pod.name)
+        """An ADDED or MODIFIED Pod; touched: the deployments it left and joined, or the
+        one it stays in unless the change reads the same to its reconcile
+        (``watcher.changes.pod_change``)."""
         key = (pod.namespace, pod.labels.get(LABEL_INSTANCE, ""))
+        if self._owner.get((pod.namespace, pod.name)) == key:
+            filed = self.pods[key]
+            change = pod_change(filed[pod.name], pod)
+            filed[pod.name] = pod
+            if change is Change.READ or (change is Change.FOREIGN and self.reads_every_label(key)):
+                return {key}
+            return set()
+        touched = self._unfile(pod.namespace, pod.name)
         if key[1]:
             self.pods.setdefault(key, {})[pod.name] = pod
             self._owner[(pod.namespace, pod.name)] = key

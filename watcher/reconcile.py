@@ -30,6 +30,7 @@ ModelDeployment; the pass goes on with the others.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Hashable
@@ -43,7 +44,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from kube.api import KubeApi
-from kube.deployment import MalformedDeployment, ModelDeployment, parse_deployment
+from kube.deployment import MalformedDeployment, ModelDeployment, Role, parse_deployment
 from kube.errors import KubeError, NotFound
 from kube.events import MESSAGE_CAP, post_event
 from kube.members import LabelChange, set_eligibility
@@ -74,7 +75,7 @@ from retirement.names import (
 )
 from retirement.phases import Outcome, abortable
 from retirement.retry import parse_retry_annotation
-from retirement.shape import MemberPod, read_shape, select_members
+from retirement.shape import MemberPod, ShapeReading, read_shape, select_members
 from watcher.fleet import Broken, Fleet, Key, decode_deployment
 from watcher.metrics import WatcherMetrics
 from watcher.running import RunningSet
@@ -242,6 +243,10 @@ class Reconciler:
         self._failures.pop(key, None)
         self.metrics.reconciles.inc()
         return self._next_look(key)
+
+    def has_refusals(self, key: Key) -> bool:
+        """Whether a refusal of an intent of the deployment ``key`` is remembered."""
+        return any(k[:2] == key for k in self.refusals)
 
     def _next_look(self, key: Key) -> float | None:
         """Seconds until the earliest refusal of ``key`` stops backing off, or at once when
@@ -669,24 +674,18 @@ class Reconciler:
                 groups.setdefault(
                     (p.labels.get(LABEL_COMPONENT, ""), p.labels.get(LABEL_ORDINAL, "")), []
                 ).append(p)
+        declared = {r.name: r for r in md.roles}  # names are unique (``parse_deployment``)
         for (role_name, _ordinal), members in groups.items():
-            role = md.role(role_name)
+            role = declared.get(role_name)
             if role is None:
                 continue  # a departed role: its retirement decides
             if len(members) != role.size:
                 continue  # surplus or incomplete: undecidable now, touch nothing
-            shape = read_shape(
-                engine=md.engine.name,
-                role_kind=role.kind,
-                size=role.size,
-                extra_args=role.extra_args,
-                command=role.command,
-                env=role.env,
-            )
+            shape = role_shape(md.engine.name, role)
             sel = select_members(
                 shape=shape,
                 size=role.size,
-                members=[MemberPod(name=p.name, uid=p.uid, labels=dict(p.labels)) for p in members],
+                members=[MemberPod(name=p.name, uid=p.uid, labels=p.labels) for p in members],
             )
             if not sel.ok:
                 continue
@@ -737,6 +736,36 @@ class Reconciler:
         )
         if change is LabelChange.APPLIED:
             self.metrics.labels_set.labels(value="true" if on else "removed").inc()
+
+
+@functools.lru_cache(maxsize=4096)
+def _shape(
+    engine: str,
+    kind: str,
+    size: int,
+    extra_args: tuple[str, ...],
+    command: tuple[str, ...] | None,
+    env: tuple[tuple[str, str | None], ...],
+) -> ShapeReading:
+    return read_shape(
+        engine=engine,
+        role_kind=kind,
+        size=size,
+        extra_args=extra_args,
+        command=command,
+        env=env,
+    )
+
+
+def role_shape(engine: str, role: Role) -> ShapeReading:
+    """``read_shape`` of a declared role, memoised on exactly what it reads.
+
+    Reading a shape parses the role's command line against every spelling the engine
+    accepts (~0.1 ms); the eligibility repair needs it for every replica of every
+    deployment an event touches, and a fleet's roles repeat the same few declarations, so
+    without the memo it was most of the watcher's CPU per event.  ``read_shape`` is pure
+    and its inputs are immutable tuples, so a remembered reading is the reading."""
+    return _shape(engine, role.kind, role.size, role.extra_args, role.command, role.env)
 
 
 def _vanished(md: ModelDeployment, pods: list[Pod], state: RetirementState) -> str:

@@ -98,7 +98,10 @@ async def test_an_event_reconciles_only_the_deployment_it_touched(
     await until(lambda: r.reconciled() >= 3, "the first reconcile of each")
     await asyncio.sleep(0.2)
     before, lists = r.reconciled(), len(r.source.lists)
-    w.kube.set_label(f"{MD}-server-1", "example.com/churn", "1")
+    with w.kube._lock:  # the Pod's address changes (the reconcile reads its Pod views)
+        body = w.kube.pods[(NS, f"{MD}-server-1")]
+        body["status"]["podIP"] = "198.18.1.99"
+        w.kube._bump(body)
     await until(lambda: r.reconciled() == before + 1, "one reconcile")
     await asyncio.sleep(0.2)
     assert r.reconciled() == before + 1  # only the touched deployment
@@ -162,6 +165,26 @@ async def test_a_refused_intent_comes_back_when_its_back_off_ends(
     assert len(w.starts()) == 1  # backing off: the fake clock has not moved
     clock.now += 0.2  # the back-off ends; the delayed add already waits in the queue
     await until(lambda: len(w.starts()) == 2, "tried again", timeout=3)
+
+
+async def test_a_refused_replica_whose_other_labels_change_is_tried_again_at_once(
+    running: Callable[..., Awaitable[Running]],
+) -> None:
+    """A change of labels the reconcile does not otherwise read reaches a deployment with
+    a remembered refusal (the refusal depends on them): the back-off ends at once, as it
+    does on any change of what the refusal depended on.  Without a refusal the same kind
+    of change is cached without a reconcile (``tests/offline/test_watcher_changes.py``)."""
+    clock = Clock()
+    w = make_world(clock=clock)  # the clock never moves: the back-off never ends by itself
+    add_md(w, replicas=1)
+    add_replicas(w, range(2))
+    r = await running(w)
+    await until(lambda: len(w.starts()) == 1, "the first start")
+    w.temporal.close(WID, outcome=Outcome.REFUSED, reason="no")
+    await until(lambda: w.rec.refusals, "the refusal remembered")
+    await until(lambda: not r.controller.queue.in_flight((NS, MD)), "the reconcile ended")
+    w.kube.set_label(f"{MD}-server-1", "example.com/churn", "1")
+    await until(lambda: len(w.starts()) == 2, "tried again")
 
 
 async def test_readiness_needs_the_informers_and_temporal(
@@ -237,6 +260,25 @@ async def test_the_queue_rate_limits_failures_and_delays_adds() -> None:
     assert got == "a"  # the first delayed add was due at 1 s
     q.close()
     assert await q.get() is None
+
+
+async def test_the_queue_hands_each_key_to_one_waiting_worker_and_wakes_all_on_close() -> None:
+    q = WorkQueue()
+    getters = [asyncio.create_task(q.get()) for _ in range(4)]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    q.add("a")
+    q.add("b")
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert sorted(g.result() for g in getters if g.done()) == ["a", "b"]
+    waiting = [g for g in getters if not g.done()]
+    assert len(waiting) == 2
+    q.add_after("c", 0.01)  # a delayed key while every worker waits: one of them takes it
+    await until(lambda: any(g.done() for g in waiting), "the delayed key handed out")
+    assert [g.result() for g in waiting if g.done()] == ["c"]
+    q.close()
+    assert [await g for g in waiting if not g.done()] == [None]
 
 
 # ---------------------------------------------------------------- the fleet cache
