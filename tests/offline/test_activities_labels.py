@@ -589,9 +589,7 @@ def test_restore_probes_a_surplus_member_of_a_group_even_when_it_is_the_only_tar
     kube.add_pod(group_member(0))
     kube.add_pod(group_member(1))
     kube.add_pod(
-        member_pod(
-            "llm-1-0b", deployment=MD, ordinal=1, member=0, uid="uid-1-0b", ip="198.18.1.40"
-        )
+        member_pod("llm-1-0b", deployment=MD, ordinal=1, member=0, uid="uid-1-0b", ip="198.18.1.40")
     )
     req = RetirementRequest(
         namespace=NS,
