@@ -8,8 +8,9 @@ stalled API server costs a bounded wait, never a hung activity or watcher pass.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import client, config
 
@@ -18,6 +19,8 @@ from kube.errors import NotFound, translated
 from kube.objects import EndpointSlice, Pod, Service, Workload
 from kube.podexec import run_exec
 from retirement.names import FIELD_MANAGER, GROUP, KUEUE_WORKLOAD_API, PLURAL, VERSION
+
+T = TypeVar("T")
 
 #: Default bound of one API request (connect and read), in seconds.
 REQUEST_TIMEOUT_S = 10.0
@@ -241,25 +244,43 @@ class Kube:
             f"discover {group}", status=404, reason="NotFound", detail="Kueue is not installed"
         )
 
-    def get_workload(self, *, namespace: str, name: str) -> Workload:
+    def _on_workloads(self, what: str, call: Callable[[str, str, str], T]) -> T:
+        """``call(group, version, plural)`` in the version this cluster serves.  A 404 from a
+        version that was discovered earlier is not taken for the Workload's absence: the
+        version may have stopped being served since (Kueue upgraded under a running
+        worker), and a Workload read as gone would be left holding the quota.  The version
+        is discovered again, once, and the call repeated if it changed."""
         group, version, plural = self.workload_api()
-        with translated(f"read Workload {namespace}/{name}"):
-            w = self._custom.get_namespaced_custom_object(
+        try:
+            with translated(what):
+                return call(group, version, plural)
+        except NotFound:
+            self._served.pop(group, None)
+            if self.workload_api()[1] == version:
+                raise
+        group, version, plural = self.workload_api()
+        with translated(what):
+            return call(group, version, plural)
+
+    def get_workload(self, *, namespace: str, name: str) -> Workload:
+        def get(group: str, version: str, plural: str) -> Any:
+            return self._custom.get_namespaced_custom_object(
                 group, version, namespace, plural, name, _request_timeout=self.timeout_s
             )
-        return Workload.from_raw(w)
+
+        return Workload.from_raw(self._on_workloads(f"read Workload {namespace}/{name}", get))
 
     def list_workloads(self, *, namespace: str) -> list[Workload]:
-        group, version, plural = self.workload_api()
-        with translated(f"list Workloads in {namespace}"):
-            listing = self._custom.list_namespaced_custom_object(
+        def list_(group: str, version: str, plural: str) -> Any:
+            return self._custom.list_namespaced_custom_object(
                 group, version, namespace, plural, _request_timeout=self.timeout_s
             )
+
+        listing = self._on_workloads(f"list Workloads in {namespace}", list_)
         return [Workload.from_raw(w) for w in listing.get("items") or []]
 
     def delete_workload(self, *, namespace: str, name: str, uid: str) -> None:
-        group, version, plural = self.workload_api()
-        with translated(f"delete Workload {namespace}/{name}"):
+        def delete(group: str, version: str, plural: str) -> None:
             self._custom.delete_namespaced_custom_object(
                 group,
                 version,
@@ -269,6 +290,8 @@ class Kube:
                 body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
                 _request_timeout=self.timeout_s,
             )
+
+        self._on_workloads(f"delete Workload {namespace}/{name}", delete)
 
     # ------------------------------------------------------------ Events
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the real control-plane binaries the test bed runs, once, into a cache outside the
 # repository keyed by version:  kube-apiserver + kube-controller-manager (k8s.io/kubernetes),
-# etcd (go.etcd.io/etcd/server/v3) and kwok (sigs.k8s.io/kwok).
+# etcd (go.etcd.io/etcd/server/v3) and kwok (sigs.k8s.io/kwok); and fetches (builds nothing
+# from) Kueue's module sigs.k8s.io/kueue for its Workload CRD, which the bed installs.
 #
 # Idempotent: a binary that is already cached is not rebuilt.  Progress goes to stdout.
 # Environment:
@@ -12,6 +13,7 @@ K8S_VERSION=${K8S_VERSION:-v1.36.3}
 STAGING_VERSION=${STAGING_VERSION:-v0.36.3}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
+KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
 
 CACHE=${RETIRE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/llm-retire}
 export GOMODCACHE=${GOMODCACHE:-$CACHE/gomod}
@@ -58,6 +60,15 @@ build_kwok() {
   mkdir -p "$CACHE/kwok-$KWOK_VERSION/stage"
   cp -r "$moddir/kustomize/stage/." "$CACHE/kwok-$KWOK_VERSION/stage/"
   chmod -R u+w "$CACHE/kwok-$KWOK_VERSION/stage"
+}
+
+# The Workload CRD is read by the bed from the module cache itself (testbed/paths.py,
+# kueue_workload_crd): downloading the module is all there is to do.
+fetch_kueue() {
+  local crd=config/components/crd/bases/kueue.x-k8s.io_workloads.yaml moddir
+  moddir=$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  [ -f "$moddir/$crd" ] || { say "kueue $KUEUE_VERSION: no $crd in $moddir"; return 1; }
+  say "kueue $KUEUE_VERSION Workload CRD: $moddir/$crd"
 }
 
 build_etcd() {
@@ -131,6 +142,7 @@ GO
 start=$SECONDS
 say "cache: $CACHE"
 build_kwok
+fetch_kueue
 build_etcd
 build_k8s
 say "all binaries ready in $((SECONDS - start)) s"

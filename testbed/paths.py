@@ -15,6 +15,8 @@ from pathlib import Path
 K8S_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
+#: Kueue's Go module, fetched (not built) for its Workload CRD: the real schema, as served.
+KUEUE_VERSION = "v0.17.0"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,6 +50,24 @@ def kwok_stage_dir() -> Path:
     return cache_root() / f"kwok-{KWOK_VERSION}" / "stage"
 
 
+def gomod_cache() -> Path:
+    """The Go module cache ``build.sh`` downloads into (``GOMODCACHE``, else the cache's
+    ``gomod``), so the bed reads a module's files where the build put them."""
+    env = os.environ.get("GOMODCACHE")
+    return Path(env) if env else cache_root() / "gomod"
+
+
+def kueue_workload_crd() -> Path:
+    """Kueue's Workload CRD as its module ships it (serves v1beta1 and v1beta2, stores
+    v1beta2; no conversion webhook: the bed runs no Kueue controller)."""
+    return (
+        gomod_cache()
+        / "sigs.k8s.io"
+        / f"kueue@{KUEUE_VERSION}"
+        / "config/components/crd/bases/kueue.x-k8s.io_workloads.yaml"
+    )
+
+
 def venv_bin(name: str) -> Path:
     """A console script installed beside this interpreter (``temporal``, ``sglang-router``)."""
     here = Path(sys.executable).parent / name
@@ -60,11 +80,13 @@ def venv_bin(name: str) -> Path:
 
 
 def missing_binaries() -> list[Path]:
-    """The cached binaries that are not built yet (empty when the bed can start)."""
+    """The cached binaries (and fetched files) that are not there yet (empty when the bed
+    can start)."""
     wanted = [
         k8s_bin("kube-apiserver"),
         k8s_bin("kube-controller-manager"),
         etcd_bin(),
         kwok_bin(),
     ]
-    return [p for p in wanted if not os.access(p, os.X_OK)]
+    missing = [p for p in wanted if not os.access(p, os.X_OK)]
+    return missing + [p for p in [kueue_workload_crd()] if not p.is_file()]

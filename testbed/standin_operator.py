@@ -7,7 +7,12 @@ a router.  When a member Pod first becomes Ready it starts that Pod's engine emu
 (inside the bed's namespace, on the Pod's address) and sets the eligibility label on the
 serving members, once.  It never deletes a Pod and never re-labels one: removing and
 restoring the label is the product's business.  When a Pod disappears (the product
-deleted it), its emulator is stopped, as a kubelet would stop the container.
+deleted it), its emulator is stopped, as a kubelet would stop the container.  A Pod
+deleted with a grace period stays while its emulator runs the kubelet's termination
+(preStop, SIGTERM, SIGKILL) and is removed when that process exits, as a kubelet removes
+it (testbed/standin_termination.py).  With ``workloads``, each replica has its Kueue Workload
+and Kueue's part is played too (testbed/standin_workloads.py): Kueue's finalizer holds a
+deleted member until its group's Workload is deleted, and a deleted Workload stops its group.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ from retirement.names import (
 from retirement.shape import MemberPod, read_shape, select_members
 from testbed import jsonhttp
 from testbed.controlplane import NODE_NAME
+from testbed.standin_termination import EmulatedKubelet, PodTermination
+from testbed.standin_workloads import PodGroupWorkloads
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +83,12 @@ class StandInOperator:
     _labelled: set[str] = field(default_factory=set)  # pod UIDs labelled once
     _lock: threading.Lock = field(default_factory=threading.Lock)
     errors: list[str] = field(default_factory=list)
+    #: Each replica's Kueue Workload, as gpustack and Kueue make it (None: no Workloads).
+    workloads: PodGroupWorkloads | None = None
+    #: A preStop sleep and grace period on the member Pods (None: grace 0, no hook). The
+    #: kubelet's part in a graceful deletion: testbed/standin_termination.py.
+    termination: PodTermination | None = None
+    _kubelet: EmulatedKubelet = field(default_factory=EmulatedKubelet)
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -122,6 +135,8 @@ class StandInOperator:
             for md in mds:
                 self._ensure_objects(md, existing)
             self._sync_engines(pods, {m["metadata"]["name"]: m for m in mds})
+            if self.workloads is not None:
+                self.workloads.reconcile(pods)
 
     def _ensure_objects(self, md: dict[str, Any], existing: set[str]) -> None:
         name = md["metadata"]["name"]
@@ -223,6 +238,10 @@ class StandInOperator:
                 termination_grace_period_seconds=0,
             ),
         )
+        if self.workloads is not None:
+            self.workloads.join(pod, md, role, ordinal)
+        if self.termination is not None:
+            self.termination.apply(pod)
         with contextlib.suppress(ApiException):
             self.core.create_namespaced_pod(self.namespace, pod)
 
@@ -260,6 +279,8 @@ class StandInOperator:
             uid = pod.metadata.uid
             live.add(uid)
             if pod.metadata.deletion_timestamp is not None:
+                if uid in self._emulated:  # deleted with a grace period: end it as a kubelet
+                    self._kubelet.observe(self.core, self._hub, pod, self._emulated[uid])
                 continue
             if uid not in self._emulated and pod.status.pod_ip and _ready(pod):
                 md = mds.get(pod.metadata.labels.get(LABEL_INSTANCE, ""))

@@ -6,7 +6,8 @@ container: it serves the engine's HTTP API on the Pod address and the same route
 Requests take a configurable time and move the engine's real gauges and counters
 (Prometheus text exposition, shaped like the real engines' output). Known engine traps
 can be switched on per emulator: stale gauges, requests hidden in the HTTP front end,
-and broken ``/metrics`` answers.
+and broken ``/metrics`` answers. A Pod deleted with a grace period runs its preStop
+hook, then SIGTERM the way the real engine handles it, then SIGKILL at the end.
 
 :class:`EmulatorHub` holds many emulators and is driven over a small JSON control API,
 so a test process in another network namespace can add Pods, set traps and delete Pods.
@@ -24,6 +25,9 @@ Modules, one concern each:
 - ``serving``: completions, chat completions, SGLang ``/generate`` and info answers, with
   each engine's own check of the requested model name;
 - ``engine``: :class:`EngineEmulator`, one Pod's engine (lifecycle, accounting, routes);
+- ``termination``: how a container ends when its Pod is deleted with a grace period (the
+  kubelet's preStop, SIGTERM, SIGKILL) and each engine's own SIGTERM handling, as the
+  real vLLM and SGLang do it (the sources read are cited there);
 - ``control``, ``hub``: the hub's control API bodies and :class:`EmulatorHub`;
 - ``cli``: ``python -m testbed.emulator``.
 """

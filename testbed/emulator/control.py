@@ -1,4 +1,5 @@
-"""Validation of the hub's control API bodies: a new Pod's engine, and a traps change.
+"""Validation of the hub's control API bodies: a new Pod's engine, a traps change, and a
+container termination (preStop, grace period).
 
 Every field is checked before anything is applied, so a bad request is a 400 that
 changes nothing (the hub runs inside the bed's namespace and is driven from tests).
@@ -15,7 +16,7 @@ from testbed.emulator.spec import MODEL_NAME, EngineKind, PodEngineSpec
 from testbed.emulator.traps import is_metrics_mode
 from testbed.emulator.wire import BadRequest
 
-__all__ = ["apply_traps", "spec_from_json"]
+__all__ = ["apply_traps", "spec_from_json", "termination_from_json"]
 
 _TRAP_FIELDS = frozenset(
     {"stale_gauges", "frontend_hidden", "metrics_mode", "clear", "request_seconds", "healthy"}
@@ -79,6 +80,10 @@ def spec_from_json(body: dict[str, Any]) -> PodEngineSpec:
     kind = kinds[engine_text.lower()]
     served = _served_names(body, kind)
     path = body.get("model_path")
+    shutdown_timeout = seconds_field(body, "shutdown_timeout")
+    force = body.get("force_shutdown", False)
+    if not isinstance(force, bool):
+        raise BadRequest("force_shutdown must be a boolean")
     return PodEngineSpec(
         name=name,
         engine=kind,
@@ -89,7 +94,24 @@ def spec_from_json(body: dict[str, Any]) -> PodEngineSpec:
         request_seconds=1.0 if seconds is None else seconds,
         served_model_names=served,
         model_path=MODEL_NAME if path is None else _model_name(path, "model_path"),
+        shutdown_timeout=0.0 if shutdown_timeout is None else shutdown_timeout,
+        force_shutdown=force,
     )
+
+
+def termination_from_json(body: dict[str, Any]) -> tuple[float, float]:
+    """Validate a POST /pods/{name}/terminate body: ``(prestop_seconds, grace_seconds)``.
+
+    ``grace_seconds`` (the Pod's ``deletionGracePeriodSeconds``) is required;
+    ``prestop_seconds`` (its preStop sleep) defaults to 0."""
+    unknown = sorted(set(body) - {"prestop_seconds", "grace_seconds"})
+    if unknown:
+        raise BadRequest(f"unknown termination fields: {unknown}")
+    grace = seconds_field(body, "grace_seconds")
+    if grace is None:
+        raise BadRequest("grace_seconds is required")
+    prestop = seconds_field(body, "prestop_seconds")
+    return (0.0 if prestop is None else prestop), grace
 
 
 def apply_traps(emu: EngineEmulator, body: dict[str, Any]) -> None:

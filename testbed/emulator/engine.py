@@ -6,6 +6,10 @@ least busy DP rank (counted as running), then ends completed or cut. vLLM counts
 tokens when a request is scheduled, SGLang when it finishes, as the real engines do.
 A restart bumps a generation so that requests from before it no longer move the new
 gauges and counters.
+
+A Pod deleted with a grace period ends as :mod:`testbed.emulator.termination` says the
+kubelet and the real engine end it (preStop hook, SIGTERM handled the engine's way,
+SIGKILL); :meth:`EngineEmulator.terminate` starts that.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from testbed.emulator.exposition import LATENCY_BUCKETS, Family, Rank
 from testbed.emulator.metrics_sglang import sglang_families
 from testbed.emulator.metrics_vllm import vllm_families
 from testbed.emulator.spec import EngineKind, PodEngineSpec
+from testbed.emulator.termination import Exit, Phase, engine_shutdown, kubelet_termination
 from testbed.emulator.traps import (
     SLOW_METRICS_SECONDS,
     Traps,
@@ -43,6 +48,12 @@ from testbed.emulator.wire import (
 )
 
 __all__ = ["EngineEmulator"]
+
+_UNAVAILABLE = {"error": "Server is unavailable. Please try again later."}
+"""vLLM's answer to a request after SIGTERM (``ServiceUnavailableMiddleware``, 503)."""
+
+_VLLM_OPEN_WHILE_SHUTTING_DOWN = frozenset({"/metrics", "/live"})
+"""The routes vLLM keeps answering after SIGTERM (liveness and observability)."""
 
 
 @dataclass
@@ -75,6 +86,8 @@ class EngineEmulator:
             raise ValueError("dp_ranks must be >= 1")
         if not math.isfinite(spec.request_seconds) or spec.request_seconds < 0:
             raise ValueError("request_seconds must be a finite number >= 0")
+        if not math.isfinite(spec.shutdown_timeout) or spec.shutdown_timeout < 0:
+            raise ValueError("shutdown_timeout must be a finite number >= 0")
         self.engine = EngineKind(spec.engine)
         served = tuple(spec.served_model_names)
         if not served or not all(isinstance(n, str) and n for n in served):
@@ -103,6 +116,14 @@ class EngineEmulator:
         self._serve_port = spec.serve_port
         self._metrics_port = spec.metrics_port
         self._life = threading.Lock()
+        # One process lifetime: set when it ends; termination threads hold the one they
+        # belong to, so a late SIGKILL cannot reach a restarted process.
+        self._ended = threading.Event()
+        self._started_at = time.monotonic()
+        self._phase = Phase.RUNNING
+        self._exit: Exit | None = None
+        self._terminating = False
+        self._sigterm = False
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -126,6 +147,12 @@ class EngineEmulator:
             with self._lock:
                 self._halt = threading.Event()
                 self._running = True
+                self._ended = threading.Event()
+                self._started_at = time.monotonic()
+                self._phase = Phase.RUNNING
+                self._exit = None
+                self._terminating = False
+                self._sigterm = False
             self._servers = servers
             self._threads = []
             for srv in servers:
@@ -155,6 +182,10 @@ class EngineEmulator:
                 thread.join(timeout=5)
             self._servers = []
             self._threads = []
+            with self._lock:
+                if self._terminating and self._phase is not Phase.EXITED:
+                    self._phase, self._exit = Phase.EXITED, Exit.KILLED
+                self._ended.set()
 
     def restart(self) -> None:
         """Simulate a container restart: cut requests, zero gauges/counters, clear traps.
@@ -176,6 +207,106 @@ class EngineEmulator:
     def is_running(self) -> bool:
         """True between start and stop."""
         return self._running
+
+    # -- termination (see testbed.emulator.termination) --------------------------------
+
+    def terminate(self, *, prestop_seconds: float, grace_seconds: float) -> bool:
+        """Start the kubelet's termination of this container, in a thread: the preStop
+        hook for ``prestop_seconds``, SIGTERM, SIGKILL when ``grace_seconds`` (counted
+        from now) run out. False when not running or already terminating."""
+        for value in (prestop_seconds, grace_seconds):
+            if not math.isfinite(value) or value < 0:
+                raise ValueError("prestop_seconds and grace_seconds must be finite and >= 0")
+        with self._lock:
+            if not self._running or self._terminating:
+                return False
+            self._terminating = True
+            life = self._ended
+        threading.Thread(
+            target=kubelet_termination,
+            args=(self, life),
+            kwargs={"prestop_seconds": prestop_seconds, "grace_seconds": grace_seconds},
+            name=f"kubelet-{self.spec.name}",
+            daemon=True,
+        ).start()
+        return True
+
+    def sigterm(self, life: threading.Event | None = None) -> bool:
+        """Deliver SIGTERM (to the current process, or the one ``life`` stands for): the
+        engine handles it its own way, in a thread. False when that process is gone or
+        already had one."""
+        with self._lock:
+            life = self._ended if life is None else life
+            if life is not self._ended or not self._running or self._sigterm:
+                return False
+            self._sigterm = True
+            self._terminating = True
+            self._phase = Phase.SIGTERM
+        threading.Thread(
+            target=engine_shutdown, args=(self, life), name=f"sigterm-{self.spec.name}", daemon=True
+        ).start()
+        return True
+
+    def sigkill(self) -> None:
+        """SIGKILL the current process: every connection cut, the listeners closed."""
+        with self._lock:
+            self._terminating = True
+            life = self._ended
+        self.exit(life, Exit.KILLED)
+
+    def exit(self, life: threading.Event, how: Exit) -> None:
+        """End the process ``life`` stands for (no-op when it already ended)."""
+        with self._lock:
+            if life is not self._ended or self._phase is Phase.EXITED or not self._running:
+                return
+            self._phase, self._exit = Phase.EXITED, how
+        self.stop()
+
+    def set_phase(self, life: threading.Event, phase: Phase) -> None:
+        """Record where the termination of the process ``life`` stands for is."""
+        with self._lock:
+            if life is self._ended and self._phase is not Phase.EXITED:
+                self._phase = phase
+
+    @property
+    def phase(self) -> Phase:
+        """Where the container is in its termination."""
+        with self._lock:
+            return self._phase
+
+    @property
+    def exit_reason(self) -> Exit | None:
+        """How the process ended, once it has ended in a termination."""
+        with self._lock:
+            return self._exit
+
+    @property
+    def ended(self) -> threading.Event:
+        """Set when the current process ends."""
+        with self._lock:
+            return self._ended
+
+    @property
+    def healthy(self) -> bool:
+        """Whether the health check passes (the ``healthy`` trap)."""
+        with self._lock:
+            return self._traps.healthy
+
+    @property
+    def shutdown_timeout(self) -> float:
+        """vLLM's ``--shutdown-timeout``."""
+        return self.spec.shutdown_timeout
+
+    @property
+    def force_shutdown(self) -> bool:
+        """SGLang's ``SGL_FORCE_SHUTDOWN``."""
+        return self.spec.force_shutdown
+
+    @property
+    def started_at(self) -> float:
+        """``time.monotonic()`` when the current process started."""
+        with self._lock:
+            return self._started_at
 
     @property
     def serve_port(self) -> int:
@@ -273,6 +404,12 @@ class EngineEmulator:
                 "served_model_names": list(self.spec.served_model_names),
                 "model_path": self.spec.model_path,
                 "state": "running" if self._running else "stopped",
+                "termination": {
+                    "phase": self._phase.value,
+                    "exit": None if self._exit is None else self._exit.value,
+                    "shutdown_timeout": self.spec.shutdown_timeout,
+                    "force_shutdown": self.spec.force_shutdown,
+                },
                 "in_flight": self._in_flight,
                 "completed": self._completed,
                 "aborted": self._aborted,
@@ -422,10 +559,18 @@ class EngineEmulator:
         """Answer one engine API request."""
         route = handler.route
         sglang = self.engine is EngineKind.SGLANG
+        with self._lock:
+            shutting_down = self._sigterm
+        if shutting_down and not sglang and route not in _VLLM_OPEN_WHILE_SHUTTING_DOWN:
+            if method != "GET":
+                read_body(handler)
+            send_json(handler, 503, _UNAVAILABLE)
+            return
         if method == "GET":
             if route in ("/health", "/health_generate", "/ping"):
                 with self._lock:
-                    ok = self._running and self._traps.healthy
+                    # SGLang's health answers 503 once SIGTERM set gracefully_exit.
+                    ok = self._running and self._traps.healthy and not self._sigterm
                 send_bytes(handler, 200 if ok else 503, b"", "text/plain; charset=utf-8")
             elif route == "/metrics":
                 self._serve_metrics(handler)

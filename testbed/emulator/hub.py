@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
-from testbed.emulator.control import apply_traps, spec_from_json
+from testbed.emulator.control import apply_traps, spec_from_json, termination_from_json
 from testbed.emulator.engine import EngineEmulator
 from testbed.emulator.spec import PodEngineSpec
 from testbed.emulator.wire import BadRequest, Handler, Server, read_json, send_json
@@ -27,8 +27,11 @@ class EmulatorHub:
     Routes: ``GET /health``; ``GET /pods``; ``POST /pods`` (create and start);
     ``GET /pods/{name}``; ``DELETE /pods/{name}``; ``POST /pods/{name}/restart``;
     ``POST /pods/{name}/stop``; ``POST /pods/{name}/start``;
-    ``POST /pods/{name}/traps``. ``on_add(spec)`` runs before an emulator binds (for
-    example to put its address on an interface); ``on_remove(spec)`` after it stops.
+    ``POST /pods/{name}/traps``; ``POST /pods/{name}/terminate`` (the kubelet's
+    termination: ``{"prestop_seconds": s, "grace_seconds": g}``, started in the background;
+    the Pod's status shows ``termination.phase`` and, at the end, ``exit``).
+    ``on_add(spec)`` runs before an emulator binds (for example to put its address on an
+    interface); ``on_remove(spec)`` after it stops.
     """
 
     def __init__(
@@ -188,6 +191,10 @@ class EmulatorHub:
                 send_json(handler, 500, {"error": f"stopped, but on_remove failed: {exc}"})
                 return
             send_json(handler, 200, {"deleted": name})
+        elif method == "POST" and action == "terminate":
+            prestop, grace = termination_from_json(body)
+            emu.terminate(prestop_seconds=prestop, grace_seconds=grace)
+            send_json(handler, 200, emu.status())
         elif method == "POST" and action in ("restart", "stop", "start", "traps"):
             try:
                 if action == "restart":

@@ -39,6 +39,11 @@ class PodEngineSpec:
     ``served_model_names`` is the engine's ``--served-model-name`` (vLLM takes several,
     SGLang one) and ``model_path`` its ``--model``/``--model-path``. vLLM answers 404 to an
     OpenAI request that names any other model; SGLang does not check the name.
+
+    ``shutdown_timeout`` is vLLM's ``--shutdown-timeout`` (0, its default, aborts every
+    in-flight request on SIGTERM) and ``force_shutdown`` SGLang's ``SGL_FORCE_SHUTDOWN``
+    (exit at the watchdog's first check whatever is in flight); see
+    :mod:`testbed.emulator.termination`.
     """
 
     name: str
@@ -50,3 +55,5 @@ class PodEngineSpec:
     request_seconds: float = 1.0
     served_model_names: tuple[str, ...] = (MODEL_NAME,)
     model_path: str = MODEL_NAME
+    shutdown_timeout: float = 0.0
+    force_shutdown: bool = False

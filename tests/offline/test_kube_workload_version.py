@@ -41,6 +41,7 @@ def cluster() -> Iterator[tuple[Cluster, Kube]]:
             workloads = [
                 f"/apis/kueue.x-k8s.io/{v}/namespaces/ns/workloads" for v in state.versions
             ]
+            one = [f"{w}/w" for w in workloads]
             if path == "/apis":
                 groups = [_group("apps", ["v1"])]
                 if state.versions:
@@ -52,6 +53,8 @@ def cluster() -> Iterator[tuple[Cluster, Kube]]:
                 }
             elif path in workloads:
                 body = {"items": [{"metadata": {"name": "w", "uid": "u", "ownerReferences": []}}]}
+            elif path in one:
+                body = {"metadata": {"name": "w", "uid": "u", "ownerReferences": []}}
             else:
                 data = b'{"kind":"Status","code":404,"message":"not found"}'
                 self.send_response(404)
@@ -112,3 +115,29 @@ def test_the_discovered_version_is_cached(cluster: tuple[Cluster, Kube]) -> None
     for _ in range(3):
         kube.list_workloads(namespace="ns")
     assert len([p for p in state.paths if p.rstrip("/") == "/apis"]) == 1
+
+
+def test_a_version_no_longer_served_is_discovered_again_not_read_as_gone(
+    cluster: tuple[Cluster, Kube],
+) -> None:
+    """Kueue is upgraded under a running worker: the cached version stops being served, and
+    its 404 is not the Workload being gone (a retirement would leave it holding the quota,
+    and its Pods behind Kueue's finalizer): the version is discovered again, once."""
+    state, kube = cluster
+    state.versions = ["v1beta1"]
+    assert kube.get_workload(namespace="ns", name="w").uid == "u"
+    state.versions = ["v1beta2"]  # v1beta1 is no longer served
+    assert kube.get_workload(namespace="ns", name="w").uid == "u"
+    (w,) = kube.list_workloads(namespace="ns")
+    assert w.uid == "u"
+    assert kube.workload_api() == ("kueue.x-k8s.io", "v1beta2", "workloads")
+    assert len([p for p in state.paths if p.rstrip("/") == "/apis"]) == 2
+
+
+def test_a_workload_that_is_gone_still_reads_not_found(cluster: tuple[Cluster, Kube]) -> None:
+    """The same version discovered again: the 404 is the Workload's own."""
+    state, kube = cluster
+    state.versions = ["v1beta2", "v1beta1"]
+    with pytest.raises(NotFound):
+        kube.get_workload(namespace="ns", name="other")
+    assert len([p for p in state.paths if p.rstrip("/") == "/apis"]) == 2
