@@ -4,10 +4,18 @@ drain rule until every member is idle twice with unchanged counters.
 
 Rounds are spaced by ``retirement.drain.next_read_in``: the poll interval while the
 members read idle, nearly idle or incomplete, growing to a bound while they stay busy.
-Every exec is counted (``activities.metrics``), so a fleet's cost can be reported."""
+Every exec is counted (``activities.metrics``), so a fleet's cost can be reported.
+
+A worker runs at most ``exec_slots().size`` execs at once (``ExecSlots``), whatever the
+number of retirements it carries: the drain and router-less withdrawal reads of many
+retirements started together arrive together, and each exec costs the API server, the
+kubelet and a process start on the node."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -32,6 +40,13 @@ from retirement.phases import Verdict
 from retirement.readings import SERIES, Sample, parse_oneshot_output, unknown
 
 OUTPUT_CAP = 64 * 1024
+
+#: Execs one worker runs at once, by default (``retire-worker --max-concurrent-execs``).
+DEFAULT_EXEC_SLOTS = 16
+#: How long a read waits for an exec slot before it gives up (an UNKNOWN read, followed
+#: later: ``retirement.drain.next_read_in``).  With the exec bound, a read takes at most
+#: ``EXEC_SLOT_WAIT_S + EXEC_TIMEOUT_S``, inside the phase activities' heartbeat timeout.
+EXEC_SLOT_WAIT_S = 3.0
 #: The bound of one router answer when the withdrawal is confirmed again in a round.
 RECHECK_HTTP_TIMEOUT_S = 3.0
 
@@ -60,22 +75,73 @@ def identity(api: KubeApi, target: Target, m: MemberTarget) -> Identity:
     return Identity(uid=pod.uid, container_id=st.container_id, restart_count=st.restart_count)
 
 
+class ExecSlots:
+    """A bound on the execs one worker process runs at once.
+
+    Why: N retirements started together (an autoscaler scaling N deployments down) read
+    together; unbounded, N execs start at once, queue for the API server and the node's
+    CPU, and every one of them times out together (measured on the bed: 50 reads at once
+    took 4.2 s against the 5 s exec bound).  Bounded, they run a few at a time and each
+    one is quick; a read that finds no slot within ``wait_s`` reads UNKNOWN with that
+    reason (never idle) and is followed later, as a timed-out one is.  Waiters are served
+    in arrival order (``threading.Semaphore`` wakes the longest waiting)."""
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"exec slots must be at least 1, not {size}")
+        self.size = size
+        self._free = threading.BoundedSemaphore(size)
+
+    @contextmanager
+    def slot(self, wait_s: float) -> Iterator[bool]:
+        """Hold a slot for the block; yields False when none freed within ``wait_s``."""
+        got = self._free.acquire(timeout=wait_s)
+        try:
+            yield got
+        finally:
+            if got:
+                self._free.release()
+
+
+_slots = [ExecSlots(DEFAULT_EXEC_SLOTS)]
+
+
+def exec_slots() -> ExecSlots:
+    """This process's exec slots."""
+    return _slots[0]
+
+
+def limit_execs(size: int) -> ExecSlots:
+    """Bound this process's concurrent execs to ``size`` (the worker calls it once, at
+    start, from ``--max-concurrent-execs``)."""
+    _slots[0] = ExecSlots(size)
+    return _slots[0]
+
+
 def exec_oneshot(api: KubeApi, target: Target, m: MemberTarget) -> tuple[str, str]:
-    """Run the one-shot in the member's ``main`` container; returns (stdout, error)."""
+    """Run the one-shot in the member's ``main`` container, in one of the worker's exec
+    slots; returns (stdout, error)."""
     try:
         port = valid_port(None if m.metrics_port is None else str(m.metrics_port))
         scheme, path = valid_scheme(m.metrics_scheme), valid_path(m.metrics_path)
     except ValueError as e:
         return "", f"read refused: {e}"
     argv = command(port=port, scheme=scheme, path=path, names=SERIES[target.engine].all)
-    result = api.exec_pod(
-        namespace=target.namespace,
-        name=m.pod,
-        container=ENGINE_CONTAINER,
-        argv=argv,
-        timeout_s=EXEC_TIMEOUT_S,
-        output_cap=OUTPUT_CAP,
-    )
+    slots = exec_slots()
+    with slots.slot(EXEC_SLOT_WAIT_S) as got:
+        if not got:
+            return "", (
+                f"no exec slot within {EXEC_SLOT_WAIT_S:g} s "
+                f"(this worker runs {slots.size} reads at once)"
+            )
+        result = api.exec_pod(
+            namespace=target.namespace,
+            name=m.pod,
+            container=ENGINE_CONTAINER,
+            argv=argv,
+            timeout_s=EXEC_TIMEOUT_S,
+            output_cap=OUTPUT_CAP,
+        )
     count_exec_read(failed=bool(result.error) or result.exit_code not in (0, None))
     if result.error:
         return "", result.error

@@ -145,6 +145,17 @@ def rss_mib(pid: int, field: str = "VmRSS") -> float:
     return math.nan
 
 
+def threads(pid: int) -> int:
+    """The number of threads of ``pid`` now (0 when it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 # ------------------------------------------------------------------ figures
 
 

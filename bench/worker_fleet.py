@@ -17,12 +17,17 @@ Figures per N:
   activity that could start but waited for the worker), p50 and p99 over all activities,
   and the same for workflow tasks;
 * time from the starts to the last deletion of a victim Pod (an aborted one keeps its Pod);
-* the worker's CPU seconds (``/proc/<pid>/stat``) and RSS now and at peak, and kwok's CPU
-  seconds with its reaped children (every exec'd one-shot runs there);
+* the worker's CPU seconds (``/proc/<pid>/stat``), RSS now and at peak, and its peak
+  thread count (sampled every ~5 s), and kwok's CPU seconds with its reaped children
+  (every exec'd one-shot runs there);
 * ``pods/exec`` requests per second (``apiserver_request_total{resource="pods",
   subresource="exec"}`` over the run), and all API requests per retirement.
 
-Run: ``python -m bench worker [--fleets 10,50,200] [--busy 60]``.
+``--namespaces K`` spreads the N deployments over K namespaces (default 1: all in one).
+The withdrawal's Service check lists every Service and EndpointSlice of the namespace on
+each read, so in one shared namespace a read costs more the more deployments share it.
+
+Run: ``python -m bench worker [--fleets 10,50,200] [--busy 60] [--namespaces 1]``.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ from bench.common import (
     say,
     start_temporal,
     table,
+    threads,
     wait_until,
     with_timeout_delete_namespace,
 )
@@ -153,8 +159,11 @@ def start_worker(bed: Bed, dev: DevServer, queue: str, tag: str) -> Child:
     return child
 
 
-def victims_left(core: client.CoreV1Api, ns: str) -> int:
-    return len(core.list_namespaced_pod(ns, label_selector=f"{LABEL_ORDINAL}=1").items)
+def victims_left(core: client.CoreV1Api, namespaces: list[str]) -> int:
+    return sum(
+        len(core.list_namespaced_pod(ns, label_selector=f"{LABEL_ORDINAL}=1").items)
+        for ns in namespaces
+    )
 
 
 def lags(history_events: list[Any], scheduled: int, started: int) -> list[float]:
@@ -176,36 +185,50 @@ def lags(history_events: list[Any], scheduled: int, started: int) -> list[float]
     return out
 
 
-async def one_fleet(bed: Bed, dev: DevServer, n: int, *, busy_s: float) -> dict[str, Any]:
-    """``n`` retirements at once on one worker."""
-    ns = f"wk{n}"
+async def one_fleet(
+    bed: Bed, dev: DevServer, n: int, *, busy_s: float, spread: int = 1
+) -> dict[str, Any]:
+    """``n`` retirements at once on one worker, the deployments spread round-robin over
+    ``spread`` namespaces (1: all in one, as a platform team's namespace holds them; the
+    withdrawal's Service check reads every Service and EndpointSlice of the namespace, so
+    its cost per read grows with the deployments that share it)."""
+    namespaces = [f"wk{n}" if spread == 1 else f"wk{n}-{j}" for j in range(spread)]
+    names = [f"md{i:03d}" for i in range(n)]
+    ns_of = {m: namespaces[i % spread] for i, m in enumerate(names)}
     api = bed.api_client()
     api.configuration.connection_pool_maxsize = 32
     core, co = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    bed.create_namespace(ns)
-    names = [f"md{i:03d}" for i in range(n)]
+    for ns in namespaces:
+        bed.create_namespace(ns)
     t = time.monotonic()
     with ThreadPoolExecutor(max_workers=16) as pool:
         list(
             pool.map(
                 lambda m: co.create_namespaced_custom_object(
-                    GROUP, VERSION, ns, PLURAL, md_manifest(m)
+                    GROUP, VERSION, ns_of[m], PLURAL, md_manifest(m)
                 ),
                 names,
             )
         )
-    op = bed.operator(ns)
-    say(f"N={n}: {n} deployments created; waiting for {2 * n} serving engines")
+    ops = [bed.operator(ns) for ns in namespaces]
+    say(f"N={n}: {n} deployments created in {spread} namespace(s); waiting for {2 * n} engines")
 
     def serving() -> bool:
-        pods = core.list_namespaced_pod(ns, label_selector=f"{LABEL_ELIGIBLE}=true").items
-        return len(pods) >= 2 * n
+        return (
+            sum(
+                len(core.list_namespaced_pod(ns, label_selector=f"{LABEL_ELIGIBLE}=true").items)
+                for ns in namespaces
+            )
+            >= 2 * n
+        )
 
     await asyncio.to_thread(wait_until, f"{2 * n} serving", serving, timeout=900, every=2)
     say(f"N={n}: {2 * n} engines serving after {time.monotonic() - t:.1f} s")
-    op.stop()  # every Pod exists; the operator's polling would only load the API server
+    for op in ops:
+        op.stop()  # every Pod exists; the operator's polling would only load the API server
     victims = {
         p.metadata.labels[LABEL_INSTANCE]: p
+        for ns in namespaces
         for p in core.list_namespaced_pod(ns, label_selector=f"{LABEL_ORDINAL}=1").items
     }
     queue = f"bench-worker-{n}"
@@ -226,7 +249,7 @@ async def one_fleet(bed: Bed, dev: DevServer, n: int, *, busy_s: float) -> dict[
                     lambda m: co.patch_namespaced_custom_object(
                         GROUP,
                         VERSION,
-                        ns,
+                        ns_of[m],
                         PLURAL,
                         m,
                         {
@@ -248,7 +271,7 @@ async def one_fleet(bed: Bed, dev: DevServer, n: int, *, busy_s: float) -> dict[
             left = len(victims)
             while not done.is_set():
                 with contextlib.suppress(Exception):
-                    now_left = victims_left(core, ns)
+                    now_left = victims_left(core, namespaces)
                     if now_left < left:
                         left = now_left
                         last_deleted[:] = [time.time()]
@@ -264,14 +287,14 @@ async def one_fleet(bed: Bed, dev: DevServer, n: int, *, busy_s: float) -> dict[
                     tc.start_workflow(
                         RetirementWorkflow.run,
                         RetirementRequest(
-                            namespace=ns,
+                            namespace=ns_of[md],
                             deployment=md,
                             role="server",
                             ordinal=1,
                             routerless_policy=RouterlessPolicy.QUIET_WINDOW,
                             quiet_window_s=QUIET_S,
                         ),
-                        id=workflow_id_for(namespace=ns, deployment=md),
+                        id=workflow_id_for(namespace=ns_of[md], deployment=md),
                         task_queue=queue,
                     )
                     for md in names
@@ -283,6 +306,7 @@ async def one_fleet(bed: Bed, dev: DevServer, n: int, *, busy_s: float) -> dict[
         pending = {h.id: h for h in handles}
         deadline = time.monotonic() + busy_s + 400
         results: dict[str, RetirementState | str | BaseException] = {}
+        peak_threads = threads(worker.pid)
         while pending and time.monotonic() < deadline:
             for wid, h in list(pending.items()):
                 desc = await h.describe()
@@ -307,11 +331,12 @@ async def one_fleet(bed: Bed, dev: DevServer, n: int, *, busy_s: float) -> dict[
                 elif time.monotonic() > deadline - 6:
                     phase = desc.typed_search_attributes.get(PHASE)
                     results[wid] = TimeoutError(f"still {phase} at the deadline")
+            peak_threads = max(peak_threads, threads(worker.pid))
             say(
                 f"N={n}: {len(results)}/{n} retirements ended or held, "
-                f"{victims_left(core, ns)} victim Pods left, "
+                f"{victims_left(core, namespaces)} victim Pods left, "
                 f"worker {cpu_seconds(worker.pid) - cpu0:.0f} CPU s, "
-                f"{rss_mib(worker.pid):.0f} MiB"
+                f"{rss_mib(worker.pid):.0f} MiB, {threads(worker.pid)} threads"
             )
             if pending:
                 await asyncio.sleep(5)
@@ -374,9 +399,11 @@ async def one_fleet(bed: Bed, dev: DevServer, n: int, *, busy_s: float) -> dict[
     d_api = diff(api1, api0)
     execs = sum(v for (verb, res, sub), v in d_api.items() if res == "pods" and sub == "exec")
     say(f"N={n}: deleting the fleet")
-    with_timeout_delete_namespace(core, ns)
+    for ns in namespaces:
+        with_timeout_delete_namespace(core, ns)
     return {
         "n": n,
+        "namespaces": spread,
         "busy_s": busy_s,
         **outcomes,
         "other_kinds": other_kinds,
@@ -393,13 +420,14 @@ async def one_fleet(bed: Bed, dev: DevServer, n: int, *, busy_s: float) -> dict[
         "kwok_cpu_s": kcpu1 - kcpu0,
         "rss_mib": rss,
         "hwm_mib": hwm,
+        "threads": peak_threads,
         "execs": execs,
         "execs_per_s": execs / elapsed,
         "api_per_retirement": sum(d_api.values()) / n,
     }
 
 
-async def run(fleets: list[int], busy_s: float) -> list[dict[str, Any]]:
+async def run(fleets: list[int], busy_s: float, spread: int = 1) -> list[dict[str, Any]]:
     """Every fleet size on one bed and one dev server."""
     exit_on_sigterm()
     bed = Bed(state_dir=REPO_ROOT / ".bed" / "bench-worker")
@@ -410,7 +438,7 @@ async def run(fleets: list[int], busy_s: float) -> list[dict[str, Any]]:
         bed.start()
         dev = start_temporal(bed.state_dir / "temporal")
         for n in fleets:
-            results.append(await one_fleet(bed, dev, n, busy_s=busy_s))
+            results.append(await one_fleet(bed, dev, n, busy_s=busy_s, spread=spread))
             report(results)
     finally:
         if dev is not None:
@@ -431,6 +459,7 @@ def report(results: list[dict[str, Any]]) -> None:
     rows = [
         [
             r["n"],
+            r["namespaces"],
             r["completed"],
             r["aborted"],
             r["other"],
@@ -445,6 +474,7 @@ def report(results: list[dict[str, Any]]) -> None:
             r["kwok_cpu_s"],
             r["rss_mib"],
             r["hwm_mib"],
+            r["threads"],
             r["execs_per_s"],
             r["api_per_retirement"],
         ]
@@ -454,6 +484,7 @@ def report(results: list[dict[str, Any]]) -> None:
         table(
             [
                 "N",
+                "ns",
                 "done",
                 "aborted",
                 "other",
@@ -468,6 +499,7 @@ def report(results: list[dict[str, Any]]) -> None:
                 "exec CPU s",
                 "RSS MiB",
                 "peak MiB",
+                "threads",
                 "exec/s",
                 "API/ret",
             ],
@@ -528,8 +560,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench worker")
     p.add_argument("--fleets", default="10,50,200", help="retirements at once, N")
     p.add_argument("--busy", type=float, default=60.0, help="seconds each victim stays busy")
+    p.add_argument(
+        "--namespaces",
+        type=int,
+        default=1,
+        help="spread the N deployments over this many namespaces (default 1: all in one)",
+    )
     a = p.parse_args(argv)
     fleets = [int(x) for x in a.fleets.split(",") if x.strip()]
-    results = asyncio.run(run(fleets, a.busy))  # prints the table after each fleet
+    # prints the table after each fleet
+    results = asyncio.run(run(fleets, a.busy, max(1, a.namespaces)))
     picture(results)
     return 0

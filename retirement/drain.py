@@ -25,8 +25,11 @@ from retirement.readings import Sample
 #: A resumed drain compares against the previous attempt's idle read only if that read is
 #: no older than this many poll intervals: otherwise rounds were missed, and the two reads
 #: would not be consecutive.  Adaptive spacing keeps this right: the read after an idle
-#: round is always due one base poll interval later (``next_read_in``), so an idle read
-#: older than two base intervals means a read was missed, whatever the spacing before it.
+#: round is due one base poll interval later (``next_read_in``), so an idle read older
+#: than two base intervals means a read was missed, whatever the spacing before it.  (When
+#: the polls themselves are slow, ``activities.polling.backpressure`` may wait longer; an
+#: idle read then ages past the bound and a resumed attempt reads twice again: only ever
+#: more reads, never fewer.)
 STALE_AFTER_INTERVALS = 2.0
 
 #: The bound on the spacing of drain reads while the members stay busy (seconds).  With

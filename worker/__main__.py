@@ -12,6 +12,8 @@ import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+from activities.drain import limit_execs
+from activities.polling import limit_polls
 from connection.client import connect
 from connection.errors import ConnectionConfigError
 from kube.client import Kube
@@ -30,6 +32,8 @@ async def serve(cfg: WorkerConfig) -> None:
     client = await connect(cfg.connection, runtime=runtime)
     if cfg.metrics_address:
         log.info("metrics on http://%s/metrics", cfg.metrics_address)
+    limit_execs(cfg.max_concurrent_execs)
+    limit_polls(cfg.max_concurrent_polls)
     kube = Kube.from_config(kubeconfig=cfg.kubeconfig, connections=cfg.max_concurrent_activities)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -7,8 +7,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from activities.drain import DEFAULT_EXEC_SLOTS
+from activities.polling import DEFAULT_POLL_SLOTS
 from connection.flags import ConnectionFlags, add_connection_flags, add_task_queue_flag
 from connection.settings import ConnectionSettings, resolve
+
+#: Execs at once, by default: enough for the reads of hundreds of retirements spaced as the
+#: drain spaces them (a busy member is read every 8 s, an idle one every second; one read
+#: takes ~0.1-0.2 s), and a bound on the burst when many start together.
+DEFAULT_MAX_EXECS = DEFAULT_EXEC_SLOTS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -19,6 +26,10 @@ class WorkerConfig:
     task_queue: str
     kubeconfig: str | None
     max_concurrent_activities: int
+    #: Drain reads (``pods/exec``) this worker runs at once (``activities.drain.ExecSlots``).
+    max_concurrent_execs: int = DEFAULT_MAX_EXECS
+    #: Polls (one round of a polling phase) run at once (``activities.polling.poll_slots``).
+    max_concurrent_polls: int = DEFAULT_POLL_SLOTS
     #: ``host:port`` of the Prometheus endpoint (SDK and product metrics); None: off.
     metrics_address: str | None = None
 
@@ -31,6 +42,10 @@ class WorkerConfig:
         a = p.parse_args(argv)
         if a.max_concurrent_activities < 1:
             p.error("--max-concurrent-activities must be at least 1")
+        if a.max_concurrent_execs < 1:
+            p.error("--max-concurrent-execs must be at least 1")
+        if a.max_concurrent_polls < 1:
+            p.error("--max-concurrent-polls must be at least 1")
         if a.metrics_address and not _host_port(a.metrics_address):
             p.error(f"--metrics-address {a.metrics_address!r} is not HOST:PORT")
         return cls(
@@ -38,6 +53,8 @@ class WorkerConfig:
             task_queue=a.task_queue,
             kubeconfig=a.kubeconfig,
             max_concurrent_activities=a.max_concurrent_activities,
+            max_concurrent_execs=a.max_concurrent_execs,
+            max_concurrent_polls=a.max_concurrent_polls,
             metrics_address=a.metrics_address or None,
         )
 
@@ -68,6 +85,20 @@ def parser(*, environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParse
         default=int(environ.get("RETIRE_MAX_ACTIVITIES", str(DEFAULT_MAX_ACTIVITIES))),
         help="activity slots, one thread each (a retirement holds at most two at once: its "
         f"phase and a status publish); default {DEFAULT_MAX_ACTIVITIES}",
+    )
+    p.add_argument(
+        "--max-concurrent-execs",
+        type=int,
+        default=int(environ.get("RETIRE_MAX_EXECS", str(DEFAULT_MAX_EXECS))),
+        help="drain reads (pods/exec) run at once; a read that finds no free slot within "
+        f"a few seconds reads UNKNOWN and is retried later; default {DEFAULT_MAX_EXECS}",
+    )
+    p.add_argument(
+        "--max-concurrent-polls",
+        type=int,
+        default=int(environ.get("RETIRE_MAX_POLLS", str(DEFAULT_POLL_SLOTS))),
+        help="polls (one round of a polling phase: its API reads) run at once; the others "
+        f"wait their turn, heartbeating; default {DEFAULT_POLL_SLOTS}",
     )
     p.add_argument(
         "--metrics-address",
