@@ -40,7 +40,7 @@ from activities import Kube
 from retirement.models import RetirementState, workflow_id_for
 from retirement.names import GROUP, LABEL_ELIGIBLE, LABEL_INSTANCE, LABEL_ORDINAL, PLURAL, VERSION
 from testbed.bed import ROUTERS, Bed, wait_for
-from testbed.load import Load
+from testbed.load import Load, warm_up
 from testbed.paths import REPO_ROOT, venv_bin
 from testbed.procs import exit_on_sigterm
 from testbed.standin_operator import StandInOperator, router_pod_name
@@ -171,7 +171,8 @@ async def one_router(
             timeout=90,
         )
     urls = {path: bed.start_router(ns, ns, program=kind) for path, ns in names.items()}
-    say(f"{kind}: 3 deployments ready behind their routers")
+    cold = {path: warm_up(url) for path, url in urls.items()}
+    say(f"{kind}: 3 deployments ready behind their routers (warm-up failures: {cold})")
     watcher = bed.watcher(
         address=target,
         task_queue=queue,
@@ -216,6 +217,7 @@ async def one_router(
         stopped = await asyncio.gather(*(asyncio.to_thread(load.stop) for load in loads.values()))
         counts = dict(zip(loads, stopped, strict=True))
         failures = {path: dict(load.failures) for path, load in loads.items()}
+        samples = {path: list(load.samples) for path, load in loads.items()}
         wid = workflow_id_for(namespace=names["product"], deployment=names["product"])
         st: RetirementState = await temporal.get_workflow_handle(
             wid, result_type=RetirementState
@@ -236,6 +238,8 @@ async def one_router(
     return {
         "counts": counts,
         "failures": failures,
+        "samples": samples,
+        "started": tl[0][1].timestamp() if tl else 0.0,
         "phases": phases,
         "retire_s": retire_s,
         "outcome": str(st.outcome),
@@ -318,6 +322,12 @@ def report(r: dict[str, Any]) -> None:
             f"    retirement {res['outcome']} in {res['retire_s']:.1f} s: "
             + ", ".join(f"{p} {s:.2f} s" for p, s in res["phases"])
         )
+        for path, samples in res.get("samples", {}).items():
+            for at, why, detail in samples[:5]:
+                print(
+                    f"    {path} failure at {at - res['started']:+.1f} s from the retirement's "
+                    f"start: {why} {detail[:100]!r}"
+                )
         seen = ", ".join(f"{p} at {s:.1f} s" for p, s in res["prestop_phases"])
         print(
             f"    preStop Pod: {seen or 'no phase seen'}; exit {res['prestop_exit']}; "

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 
 import httpx
 
+#: How many failures a load keeps as samples.
+MAX_SAMPLES = 20
+
 
 @dataclass
 class Load:
@@ -31,6 +34,10 @@ class Load:
     ok: int = 0
     failed: int = 0
     failures: Counter[str] = field(default_factory=Counter)
+    #: The first failures as they happened: (wall-clock time, kind, the answer's start), so
+    #: a failure can be told apart (the router's own answer or an engine's) and placed on
+    #: the retirement's timeline.
+    samples: list[tuple[float, str, str]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -63,25 +70,52 @@ class Load:
                     "emulate_seconds": round(seconds, 2),
                     "stream": self.stream,
                 }
+                detail = ""
                 try:
-                    good, kind = self._one(http, body)
+                    good, kind, detail = self._one(http, body)
                 except (httpx.HTTPError, ValueError) as e:
-                    good, kind = False, type(e).__name__
+                    good, kind, detail = False, type(e).__name__, str(e)
                 with self._lock:
                     if good:
                         self.ok += 1
                     else:
                         self.failed += 1
                         self.failures[kind] += 1
+                        if len(self.samples) < MAX_SAMPLES:
+                            self.samples.append((time.time(), kind, detail[:160]))
 
-    def _one(self, http: httpx.Client, body: dict[str, object]) -> tuple[bool, str]:
-        """One request; (succeeded, failure kind)."""
+    def _one(self, http: httpx.Client, body: dict[str, object]) -> tuple[bool, str, str]:
+        """One request; (succeeded, failure kind, what was answered)."""
         if not self.stream:
             r = http.post(f"{self.url}/v1/completions", json=body)
             good = r.status_code == 200 and "choices" in r.json()
-            return good, "" if good else f"HTTP {r.status_code}"
+            return good, "" if good else f"HTTP {r.status_code}", "" if good else r.text
         with http.stream("POST", f"{self.url}/v1/completions", json=body) as r:
             if r.status_code != 200:
-                return False, f"HTTP {r.status_code}"
+                return False, f"HTTP {r.status_code}", r.read().decode(errors="replace")
             done = any(line.strip() == "data: [DONE]" for line in r.iter_lines())
-        return done, "" if done else "stream cut"
+        return done, "" if done else "stream cut", ""
+
+
+def warm_up(url: str, *, successes: int = 6, timeout: float = 60.0) -> int:
+    """Send short completions through the router at ``url`` until ``successes`` in a row
+    succeed; returns how many failed first.  A router that lists its workers may not route
+    to them yet (smg answers 404 "No worker available for model" until it has read each
+    worker's model), and a load started then counts the router's start-up as failures of
+    whatever scale-down it measures."""
+    deadline = time.monotonic() + timeout
+    streak = failed = 0
+    body = {"model": "emulated", "prompt": "warm-up", "max_tokens": 1, "emulate_seconds": 0.05}
+    with httpx.Client(trust_env=False, timeout=10) as http:
+        while streak < successes:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url}: {successes} completions in a row not served")
+            try:
+                good = http.post(f"{url}/v1/completions", json=body).status_code == 200
+            except httpx.HTTPError:
+                good = False
+            streak = streak + 1 if good else 0
+            failed += 0 if good else 1
+            if not good:
+                time.sleep(0.2)
+    return failed
