@@ -273,8 +273,20 @@ def router_argv(program: str, *, ip: str, namespace: str, deployment: str) -> li
     if program == "sglang-router":
         return [exe, "launch", *common, "--log-level", "info"]
     if program == "smg":
-        # smg loads a tokenizer per model unless told not to; nothing may leave the bed.
-        return [exe, "launch", *common, "--disable-tokenizer-autoload", "--log-level", "info"]
+        # Run as the smg package, not the `smg` executable: sglang-router 0.3.2 installs an
+        # executable of that name too (its own CLI), and whichever wheel pip installed last
+        # owns it (a fresh venv got sglang-router's). smg loads a tokenizer per model unless
+        # told not to; nothing may leave the bed.
+        return [
+            sys.executable,
+            "-m",
+            "smg",
+            "launch",
+            *common,
+            "--disable-tokenizer-autoload",
+            "--log-level",
+            "info",
+        ]
     return [exe, *common, "--log-level", "info"]
 
 
