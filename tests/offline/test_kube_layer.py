@@ -5,6 +5,7 @@ tests of the activities and the watcher answers like the API server."""
 from __future__ import annotations
 
 import hashlib
+import json
 import socket
 from datetime import UTC, datetime
 from typing import Any
@@ -167,15 +168,24 @@ def test_every_call_of_the_real_accessor_is_bounded(monkeypatch: pytest.MonkeyPa
     kube = _kube(timeout_s=3.5)
     seen: list[Any] = []
 
+    class Raw:
+        """An unread response, as a generated method returns with ``_preload_content=False``."""
+
+        def __init__(self, body: Any) -> None:
+            self.data = json.dumps(body).encode()
+
+        def release_conn(self) -> None:
+            return
+
     def answer(result: Any) -> Any:
         def call(*_args: Any, **kwargs: Any) -> Any:
             seen.append(kwargs.get("_request_timeout"))
-            return result
+            return Raw(result) if kwargs.get("_preload_content") is False else result
 
         return call
 
-    pod = client.V1Pod(metadata=client.V1ObjectMeta(name="a", namespace=NS, uid="u"))
-    listing = client.V1PodList(items=[pod])
+    pod = {"metadata": {"name": "a", "namespace": NS, "uid": "u"}}
+    listing = {"items": [pod]}
     monkeypatch.setattr(kube.core, "read_namespaced_pod", answer(pod))
     monkeypatch.setattr(kube.core, "list_namespaced_pod", answer(listing))
     monkeypatch.setattr(kube.core, "patch_namespaced_pod", answer(pod))
