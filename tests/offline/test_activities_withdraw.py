@@ -358,6 +358,9 @@ def test_quiet_window_reads_that_fail_back_off(monkeypatch: pytest.MonkeyPatch) 
     first read that works brings the interval back."""
     waits: list[float] = []
     monkeypatch.setattr(polling, "wait_heartbeating", lambda s, _details: waits.append(s))
+    # The planned spacing alone: a poll slower than its 10 ms interval (a loaded machine)
+    # would stretch the wait by the back-pressure rule, tested on its own elsewhere.
+    monkeypatch.setattr(polling, "backpressure", lambda wait_s, _took_s: wait_s)
     kube, target = admitted()
     failed = ExecResult(error="exec failed: timed out after 5 s")
     kube.script_exec("llm-1", failed, failed, failed, idle(), idle())
