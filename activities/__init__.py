@@ -93,6 +93,7 @@ class RetirementActivities:
         them (read back, with the Services'), until decided or the deadline."""
         state = [RestoreResult()]
         asked: dict[str, tuple[float, str]] = {}
+        since: dict[str, float] = {}
 
         if seconds_left(inp.deadline) > 0:
             with (
@@ -110,6 +111,7 @@ class RetirementActivities:
                         http=http,
                         removals=inp.router_removals,
                         asked=asked,
+                        since=since,
                     )
                     held = state[0].held
                     return Observation(

@@ -107,10 +107,12 @@ class _Routers:
         http: httpx.Client | None,
         removals: Sequence[str],
         asked: dict[str, tuple[float, str]],
+        since: dict[str, float],
     ) -> None:
         self._api, self._target, self._http = api, target, http
         self._removals = [r.partition("|")[::2] for r in removals]  # (router uid, url)
         self._asked = asked
+        self._since = since
         self._pods: list[Pod] | None = None
         self._views: dict[str, RouterView] = {}
         self._own: httpx.Client | None = None
@@ -181,8 +183,20 @@ class _Routers:
             if stale:
                 reasons.append(f"router {pod.name}: no fresh answer: {stale}")
                 continue
+            seen = f"{pod.uid}|{m.pod}"
             if view.selecting(addresses, {m.pod}):
+                # A router that may still remove a worker it selects again (smg: a drain
+                # job started when the label came off) counts only once it has selected
+                # it for ``confirm_s`` (``RouterView.confirm_s``).
+                first = self._since.setdefault(seen, time.monotonic())
+                left = view.confirm_s - (time.monotonic() - first)
+                if left > 0:
+                    reasons.append(
+                        f"router {pod.name} selects it again; confirming for {left:.0f} s "
+                        "more (a removal it started earlier may still be pending)"
+                    )
                 continue
+            self._since.pop(seen, None)
             if not obs.active:  # llm-d: nothing to ask, it picks the member up by itself
                 reasons.append(f"router {pod.name} does not select it yet (passive: waiting)")
                 continue
@@ -234,6 +248,7 @@ def restore_once(
     http: httpx.Client | None = None,
     removals: Sequence[str] = (),
     asked: dict[str, tuple[float, str]] | None = None,
+    since: dict[str, float] | None = None,
 ) -> RestoreResult:
     """One pass of the restore rule over the members still to decide.
 
@@ -242,13 +257,16 @@ def restore_once(
     deployment selects it, read back; until then it stays held with the reason.  A router
     that does not select it is asked to add it (``removals``: the worker URLs withdrawal
     removed, preferred; ``asked``: when each add was last asked and what the router
-    answered, kept across passes)."""
+    answered; ``since``: since when each router selects each member again; both kept
+    across passes)."""
     done = set(result.restored) | set(result.failed)
     # A group is the replica's shape, not the number of members this retirement bound: a
     # surplus shed may bind one member of a multi-member group.
     group = len(target.members) > 1 or target.shape in GROUP_SHAPES
     restored, held, failed = list(result.restored), dict(result.held), dict(result.failed)
-    routers = _Routers(api, target, http, removals, {} if asked is None else asked)
+    routers = _Routers(
+        api, target, http, removals, {} if asked is None else asked, {} if since is None else since
+    )
     try:
         for m in target.members:
             # A surplus member goes back only if it had the label at admission: the restore

@@ -42,6 +42,13 @@ from activities.routers.common import (
 )
 from activities.routers.view import RouterView
 
+#: How long the restore must see smg select a re-added worker before it counts: smg
+#: removes a de-labelled worker by a drain job (``draining``, then removal after
+#: ``drain_settle_secs``, 5 s by default) that still fires if the worker was re-added in
+#: between (on the bed: restored, then gone from smg a moment later, until its 60 s
+#: reconcile).  Longer than the settle, with a margin for the job's start.
+SMG_CONFIRM_S = 8.0
+
 #: smg's worker states, and how each is read (0.3.x reports none: every worker selected).
 _SELECTED, _IDLE, _LEAVING = 2, 1, 0
 STATUSES = {
@@ -67,11 +74,13 @@ class SGLangGateway:
             body, at = get_json(http, f"{base}/workers")
             workers: dict[str, str] = {}
             state: dict[str, int] = {}
+            smg = False  # whether the items carry smg's status
             for w in array(obj(body, "the answer")["workers"], "workers"):
                 w = obj(w, "a worker")
                 url = string(w["url"], "a worker url")
                 wid = w.get("id", "")
                 status = w.get("status")
+                smg = smg or status is not None
                 if status is None:
                     now = _SELECTED
                 elif string(status, "a worker status") in STATUSES:
@@ -89,6 +98,7 @@ class SGLangGateway:
             fetched_at=at,
             idle=frozenset(u for u, s in state.items() if s == _IDLE),
             leaving=frozenset(u for u, s in state.items() if s == _LEAVING),
+            confirm_s=SMG_CONFIRM_S if smg else 0.0,
         )
 
     def remove(self, http: httpx.Client, base: str, url: str, worker_id: str) -> None:

@@ -88,6 +88,11 @@ class RouterView:
     router_ms: int | None = None
     generation: str | None = None
     revision: int | None = None
+    #: How long the restore must see this router select a worker again before it counts:
+    #: 0 for a router that removes a worker only when asked or at once; smg removes a
+    #: de-labelled worker by a job (draining, then removal ``drain_settle_secs`` later) that
+    #: still fires when the worker was re-added meanwhile (seen on the bed).
+    confirm_s: float = 0.0
 
     def stale(self, now: float) -> str:
         """Why the answer may not count at ``now`` ("" when it may): an error, an answer

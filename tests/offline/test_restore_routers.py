@@ -399,3 +399,52 @@ def test_models_stay_backward_compatible() -> None:
     old = phase(cluster("sglang-gateway")[1], 1.0).model_dump(mode="json")
     del old["router_removals"]
     assert PhaseInput.model_validate(old).router_removals == []
+
+
+class PendingDrainSmg:
+    """smg as measured on the bed: a worker whose label came off is ``draining``, and the
+    drain job removes it a moment later even if it was re-added in between (``POST
+    /workers`` makes it ``ready`` again at once).  ``fire_after`` GETs pass before the job
+    fires."""
+
+    def __init__(self, fire_after: int) -> None:
+        self.workers = {KEPT_URL: "ready", URL: "draining"}
+        self.pending = {URL: fire_after}  # the drain job started when the label came off
+        self.adds = 0
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "GET" and request.url.path == "/workers":
+            for url in list(self.pending):
+                self.pending[url] -= 1
+                if self.pending[url] <= 0:
+                    del self.pending[url]
+                    self.workers.pop(url, None)
+            body = [
+                {"id": f"w{i}", "url": u, "status": st, "labels": {}}
+                for i, (u, st) in enumerate(self.workers.items())
+            ]
+            return httpx.Response(200, json={"workers": body, "total": len(body)})
+        if request.method == "POST" and request.url.path == "/workers":
+            self.adds += 1
+            self.workers[json.loads(request.content)["url"]] = "ready"
+            return httpx.Response(202, json={"status": "accepted"})
+        return httpx.Response(404)
+
+
+def test_smg_must_keep_selecting_a_re_added_worker_before_it_counts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the bed the restore read smg selecting the worker again and counted it restored;
+    smg's drain job, started when the label came off, then removed it (until smg's 60 s
+    reconcile).  Now smg must select it for ``SMG_CONFIRM_S``: the job fires within that
+    window, the worker is added again, and the restore ends with smg selecting it for
+    good."""
+    monkeypatch.setattr("activities.routers.sglang.SMG_CONFIRM_S", 0.3)
+    monkeypatch.setattr("activities.labels.ADD_AGAIN_AFTER_S", 0.05)
+    kube, target = cluster("sglang-gateway", ("router-0", ROUTER_IP))
+    smg = PendingDrainSmg(fire_after=5)
+    mock = httpx.MockTransport(smg.handle)
+    result = restore(kube, target, mock, seconds=5.0)
+    assert result.restored == ["llm-1"] and result.held == {}
+    assert smg.adds == 2  # once while the job was pending, once after it removed the worker
+    assert smg.pending == {} and smg.workers[URL] == "ready"  # nothing left to remove it

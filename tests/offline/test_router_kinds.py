@@ -314,7 +314,11 @@ def test_withdrawal_accepts_a_draining_smg_worker_without_asking() -> None:
     assert obs.router_removals == []
 
 
-def test_the_restore_does_not_take_a_draining_smg_worker_for_selected() -> None:
+def test_the_restore_does_not_take_a_draining_smg_worker_for_selected(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # smg must select it for a while before it counts (test_restore_routers.py): shortened.
+    monkeypatch.setattr("activities.routers.sglang.SMG_CONFIRM_S", 0.2)
     kube, target = admitted("smg")
     smg = Smg({URL: "draining", KEPT_URL: "ready"})
     acts = RetirementActivities(kube, router_transport=httpx.MockTransport(smg.handle))
