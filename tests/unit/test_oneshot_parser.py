@@ -55,7 +55,13 @@ _label_value = st.text(
     alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\n"), max_size=12
 ).map(lambda v: v.replace("\\", "\\\\").replace('"', '\\"'))
 _labels = st.dictionaries(
-    st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,8}", fullmatch=True), _label_value, max_size=3
+    # Label names as the exposition format allows them: a leading "__" is reserved (the
+    # reference parser refuses it; no engine emits one).
+    st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,8}", fullmatch=True).filter(
+        lambda name: not name.startswith("__")
+    ),
+    _label_value,
+    max_size=3,
 )
 _value = st.one_of(
     st.floats(min_value=0, max_value=1e12, allow_nan=False).map(repr),
