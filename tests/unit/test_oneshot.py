@@ -5,30 +5,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
 from activities.oneshot import command, valid_path, valid_port, valid_scheme
 from retirement.readings import SERIES, parse_oneshot_output
-from testbed.emulator import EngineEmulator, EngineKind, PodEngineSpec
-
-
-@pytest.fixture
-def vllm() -> Iterator[EngineEmulator]:
-    emu = EngineEmulator(
-        PodEngineSpec(
-            name="e",
-            engine=EngineKind.VLLM,
-            serve_host="127.0.0.1",
-            serve_port=0,
-            metrics_port=0,
-            dp_ranks=2,
-        )
-    )
-    emu.start()
-    yield emu
-    emu.stop()
+from testbed.emulator import EngineEmulator
 
 
 def run(port: int, engine: str = "vLLM", timeout: float = 8) -> str:

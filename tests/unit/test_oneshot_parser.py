@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from activities.oneshot import PARSER, command
 from retirement.readings import SERIES, parse_oneshot_output
-from testbed.emulator import EngineEmulator, EngineKind, PodEngineSpec
+from testbed.emulator import EngineEmulator
 
 NAMES = SERIES["vLLM"].all
 
@@ -125,23 +125,6 @@ def test_a_malformed_line_of_any_series_fails_the_whole_read(line: str) -> None:
         parse(good + line + "\n", NAMES)
     with pytest.raises(ValueError):  # also when it names no expected series
         parse(good + line.replace("vllm:num_requests_running", "other_series") + "\n", NAMES)
-
-
-@pytest.fixture
-def vllm() -> Iterator[EngineEmulator]:
-    emu = EngineEmulator(
-        PodEngineSpec(
-            name="e",
-            engine=EngineKind.VLLM,
-            serve_host="127.0.0.1",
-            serve_port=0,
-            metrics_port=0,
-            dp_ranks=2,
-        )
-    )
-    emu.start()
-    yield emu
-    emu.stop()
 
 
 def test_the_one_shot_runs_on_the_standard_library_alone(vllm: EngineEmulator) -> None:
