@@ -19,6 +19,7 @@ from kube.api import ExecResult
 from kube.errors import NotFound, Unavailable, translated
 from kube.objects import SERVICE_NAME_LABEL, EndpointSlice, Pod, Service, Workload
 from kube.podexec import run_exec
+from kube.sharing import SharedReads
 from retirement.names import FIELD_MANAGER, GROUP, KUEUE_WORKLOAD_API, PLURAL, VERSION
 
 T = TypeVar("T")
@@ -46,6 +47,9 @@ class Kube:
     _served: dict[str, tuple[str, float]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    #: The namespace-wide lists, shared by concurrent callers (``kube.sharing``: each
+    #: still gets an answer from a request sent after it asked).
+    shared: SharedReads = field(default_factory=SharedReads, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
@@ -231,10 +235,13 @@ class Kube:
     # ------------------------------------------------------------ Services
 
     def list_services(self, *, namespace: str) -> list[Service]:
-        items = self._items(
-            f"list Services in {namespace}", self._core.list_namespaced_service, namespace
-        )
-        return [Service.from_raw(s) for s in items]
+        def fetch() -> list[Service]:
+            items = self._items(
+                f"list Services in {namespace}", self._core.list_namespaced_service, namespace
+            )
+            return [Service.from_raw(s) for s in items]
+
+        return list(self.shared.read(("services", namespace), fetch))
 
     def list_endpoint_slices(self, *, namespace: str, service: str) -> list[EndpointSlice]:
         items = self._items(
@@ -246,12 +253,15 @@ class Kube:
         return [EndpointSlice.from_raw(s) for s in items]
 
     def list_namespace_endpoint_slices(self, *, namespace: str) -> list[EndpointSlice]:
-        items = self._items(
-            f"list EndpointSlices in {namespace}",
-            self._discovery.list_namespaced_endpoint_slice,
-            namespace,
-        )
-        return [EndpointSlice.from_raw(s) for s in items]
+        def fetch() -> list[EndpointSlice]:
+            items = self._items(
+                f"list EndpointSlices in {namespace}",
+                self._discovery.list_namespaced_endpoint_slice,
+                namespace,
+            )
+            return [EndpointSlice.from_raw(s) for s in items]
+
+        return list(self.shared.read(("endpointslices", namespace), fetch))
 
     # ------------------------------------------------------------ Workloads
 

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
-import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -25,6 +22,7 @@ from kubernetes import client
 from kube.client import Kube
 from kube.errors import KubeError, Unavailable, translated
 from kube.objects import EndpointSlice, Pod, Service
+from tests.helpers.loopback_apiserver import Answer, Server, loopback_kube
 
 NS = "ns"
 PODS = f"/api/v1/namespaces/{NS}/pods"
@@ -32,82 +30,10 @@ SERVICES = f"/api/v1/namespaces/{NS}/services"
 SLICES = f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices"
 
 
-@dataclass
-class Answer:
-    """What the server answers on one path: a status and a body, or a broken answer."""
-
-    status: int = 200
-    body: bytes = b"{}"
-    #: "truncated": Content-Length promises more than is sent, then the connection closes;
-    #: "stalled": the headers, then nothing until the client gives up.
-    broken: str = ""
-
-
-@dataclass
-class Server:
-    """The fake API server's answers (by path, without the query) and what it was asked."""
-
-    answers: dict[str, Answer] = field(default_factory=dict)
-    #: (method, full path, Content-Type, body) of every request.
-    requests: list[tuple[str, str, str, bytes]] = field(default_factory=list)
-    #: Client ports of every request: one port for many requests is one kept-alive
-    #: connection that went back to the pool.
-    ports: list[int] = field(default_factory=list)
-    release: threading.Event = field(default_factory=threading.Event)
-
-    def answer(self, path: str, body: Any, status: int = 200) -> None:
-        self.answers[path] = Answer(status, json.dumps(body).encode())
-
-
 @pytest.fixture
 def served() -> Iterator[tuple[Server, Kube]]:
-    state = Server()
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive, as the API server
-
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            state.requests.append(
-                (self.command, self.path, self.headers.get("Content-Type") or "", body)
-            )
-            state.ports.append(self.client_address[1])
-            answer = state.answers.get(self.path.split("?")[0]) or Answer(
-                404, b'{"kind":"Status","code":404,"message":"the server could not find it"}'
-            )
-            self.send_response(answer.status)
-            self.send_header("Content-Type", "application/json")
-            promised = len(answer.body) + (100 if answer.broken == "truncated" else 0)
-            self.send_header("Content-Length", str(promised))
-            self.end_headers()
-            if answer.broken == "stalled":
-                self.wfile.flush()
-                state.release.wait(10)
-                self.close_connection = True
-                return
-            self.wfile.write(answer.body)
-            if answer.broken == "truncated":
-                self.close_connection = True
-
-        do_GET = do_PATCH = _serve
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
-    cfg = client.Configuration()
-    cfg.host = f"http://127.0.0.1:{server.server_port}"
-    cfg.proxy = None
-    cfg.retries = False
-    cfg.connection_pool_maxsize = 1
-    try:
-        yield state, Kube(api=client.ApiClient(cfg), timeout_s=5)
-    finally:
-        state.release.set()
-        server.shutdown()
+    with loopback_kube() as found:
+        yield found
 
 
 # ---------------------------------------------------------------- the former path
