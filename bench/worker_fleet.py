@@ -23,11 +23,14 @@ Figures per N:
 * ``pods/exec`` requests per second (``apiserver_request_total{resource="pods",
   subresource="exec"}`` over the run), and all API requests per retirement.
 
+``--split`` runs the worker as two processes on the task queue (``--serve workflows`` and
+``--serve activities``); the figures are then their sums.
+
 ``--namespaces K`` spreads the N deployments over K namespaces (default 1: all in one).
 The withdrawal's Service check lists every Service and EndpointSlice of the namespace on
 each read, so in one shared namespace a read costs more the more deployments share it.
 
-Run: ``python -m bench worker [--fleets 10,50,200] [--busy 60] [--namespaces 1]``.
+Run: ``python -m bench worker [--fleets 10,50,200] [--busy 60] [--namespaces 1] [--split]``.
 """
 
 from __future__ import annotations
@@ -36,10 +39,10 @@ import argparse
 import asyncio
 import contextlib
 import re
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -72,10 +75,12 @@ from retirement.models import (
 )
 from retirement.names import GROUP, LABEL_ELIGIBLE, LABEL_INSTANCE, LABEL_ORDINAL, PLURAL, VERSION
 from retirement.phases import Outcome, Phase
-from testbed.bed import Bed, _no_proxy_env
+from testbed.bed import Bed
 from testbed.paths import REPO_ROOT
 from testbed.procs import Child, exit_on_sigterm
 from testbed.standin_operator import SERVE_PORT
+from testbed.worker_process import start_worker_process
+from worker.build import Serves
 from workflows.retirement import RetirementWorkflow
 
 QUIET_S = 2.0
@@ -137,28 +142,6 @@ class Busy:
         self.idle_at[md] = time.time()
 
 
-def start_worker(bed: Bed, dev: DevServer, queue: str, tag: str) -> Child:
-    """The product's worker as a subprocess, polling ``queue``."""
-    child = Child(
-        name=f"worker-{tag}",
-        argv=[
-            sys.executable,
-            "-m",
-            "worker",
-            "--address",
-            dev.target,
-            "--task-queue",
-            queue,
-            "--kubeconfig",
-            str(bed.cp.kubeconfig),
-        ],
-        log_path=bed.state_dir / "logs" / f"worker-{tag}.log",
-        env=_no_proxy_env(),
-    )
-    wait_until("worker polling", lambda: "task queue" in child.log_tail(), timeout=60)
-    return child
-
-
 def victims_left(core: client.CoreV1Api, namespaces: list[str]) -> int:
     return sum(
         len(core.list_namespaced_pod(ns, label_selector=f"{LABEL_ORDINAL}=1").items)
@@ -185,8 +168,43 @@ def lags(history_events: list[Any], scheduled: int, started: int) -> list[float]
     return out
 
 
+@dataclass
+class WorkerProcesses:
+    """The worker side of a run: one process serving all, or two (``--split``: one
+    serving workflows, one activities); CPU, memory and threads are their sums."""
+
+    children: list[Child]
+
+    @classmethod
+    def start(
+        cls, bed: Bed, dev: DevServer, queue: str, tag: str, *, split: bool
+    ) -> WorkerProcesses:
+        serves = [Serves.WORKFLOWS, Serves.ACTIVITIES] if split else [Serves.ALL]
+        return cls(
+            [
+                start_worker_process(
+                    bed, target=dev.target, queue=queue, tag=f"{tag}-{s.value}", serves=s
+                )
+                for s in serves
+            ]
+        )
+
+    def cpu_s(self) -> float:
+        return sum(cpu_seconds(c.pid) for c in self.children)
+
+    def rss_mib(self, field: str = "VmRSS") -> float:
+        return sum(rss_mib(c.pid, field) for c in self.children)
+
+    def threads(self) -> int:
+        return sum(threads(c.pid) for c in self.children)
+
+    def stop(self) -> None:
+        for c in self.children:
+            c.stop(timeout=15)
+
+
 async def one_fleet(
-    bed: Bed, dev: DevServer, n: int, *, busy_s: float, spread: int = 1
+    bed: Bed, dev: DevServer, n: int, *, busy_s: float, spread: int = 1, split: bool = False
 ) -> dict[str, Any]:
     """``n`` retirements at once on one worker, the deployments spread round-robin over
     ``spread`` namespaces (1: all in one, as a platform team's namespace holds them; the
@@ -232,7 +250,7 @@ async def one_fleet(
         for p in core.list_namespaced_pod(ns, label_selector=f"{LABEL_ORDINAL}=1").items
     }
     queue = f"bench-worker-{n}"
-    worker = start_worker(bed, dev, queue, f"n{n}")
+    worker = WorkerProcesses.start(bed, dev, queue, f"n{n}", split=split)
     tc = await dev.client()
     handles: list[WorkflowHandle[Any, RetirementState]] = []
     done = threading.Event()
@@ -264,7 +282,7 @@ async def one_fleet(
                 )
             )
         kwok = next(c for c in bed.cp.children if c.name == "kwok")
-        api0, cpu0, kcpu0 = apiserver_requests(bed), cpu_seconds(worker.pid), cpu_seconds(kwok.pid)
+        api0, cpu0, kcpu0 = apiserver_requests(bed), worker.cpu_s(), cpu_seconds(kwok.pid)
         t_start = time.time()
 
         def watch_deletions() -> None:
@@ -306,7 +324,7 @@ async def one_fleet(
         pending = {h.id: h for h in handles}
         deadline = time.monotonic() + busy_s + 400
         results: dict[str, RetirementState | str | BaseException] = {}
-        peak_threads = threads(worker.pid)
+        peak_threads = worker.threads()
         while pending and time.monotonic() < deadline:
             for wid, h in list(pending.items()):
                 desc = await h.describe()
@@ -331,18 +349,18 @@ async def one_fleet(
                 elif time.monotonic() > deadline - 6:
                     phase = desc.typed_search_attributes.get(PHASE)
                     results[wid] = TimeoutError(f"still {phase} at the deadline")
-            peak_threads = max(peak_threads, threads(worker.pid))
+            peak_threads = max(peak_threads, worker.threads())
             say(
                 f"N={n}: {len(results)}/{n} retirements ended or held, "
                 f"{victims_left(core, namespaces)} victim Pods left, "
-                f"worker {cpu_seconds(worker.pid) - cpu0:.0f} CPU s, "
-                f"{rss_mib(worker.pid):.0f} MiB, {threads(worker.pid)} threads"
+                f"worker {worker.cpu_s() - cpu0:.0f} CPU s, "
+                f"{worker.rss_mib():.0f} MiB, {worker.threads()} threads"
             )
             if pending:
                 await asyncio.sleep(5)
         states = [results.get(h.id, TimeoutError("still running")) for h in handles]
         elapsed = time.time() - t_start
-        cpu1, rss, hwm = cpu_seconds(worker.pid), rss_mib(worker.pid), rss_mib(worker.pid, "VmHWM")
+        cpu1, rss, hwm = worker.cpu_s(), worker.rss_mib(), worker.rss_mib("VmHWM")
         kcpu1 = cpu_seconds(kwok.pid)
         api1 = apiserver_requests(bed)
         done.set()
@@ -368,7 +386,7 @@ async def one_fleet(
         for h in handles:
             with contextlib.suppress(Exception):
                 await h.terminate("benchmark over")
-        worker.stop(timeout=15)
+        worker.stop()
     outcomes = {"completed": 0, "aborted": 0, "other": 0}
     idle_lags: list[float] = []
     other_kinds: dict[str, int] = {}
@@ -404,6 +422,7 @@ async def one_fleet(
     return {
         "n": n,
         "namespaces": spread,
+        "processes": len(worker.children),
         "busy_s": busy_s,
         **outcomes,
         "other_kinds": other_kinds,
@@ -427,7 +446,9 @@ async def one_fleet(
     }
 
 
-async def run(fleets: list[int], busy_s: float, spread: int = 1) -> list[dict[str, Any]]:
+async def run(
+    fleets: list[int], busy_s: float, spread: int = 1, split: bool = False
+) -> list[dict[str, Any]]:
     """Every fleet size on one bed and one dev server."""
     exit_on_sigterm()
     bed = Bed(state_dir=REPO_ROOT / ".bed" / "bench-worker")
@@ -438,7 +459,7 @@ async def run(fleets: list[int], busy_s: float, spread: int = 1) -> list[dict[st
         bed.start()
         dev = start_temporal(bed.state_dir / "temporal")
         for n in fleets:
-            results.append(await one_fleet(bed, dev, n, busy_s=busy_s, spread=spread))
+            results.append(await one_fleet(bed, dev, n, busy_s=busy_s, spread=spread, split=split))
             report(results)
     finally:
         if dev is not None:
@@ -460,6 +481,7 @@ def report(results: list[dict[str, Any]]) -> None:
         [
             r["n"],
             r["namespaces"],
+            r.get("processes", 1),
             r["completed"],
             r["aborted"],
             r["other"],
@@ -485,6 +507,7 @@ def report(results: list[dict[str, Any]]) -> None:
             [
                 "N",
                 "ns",
+                "procs",
                 "done",
                 "aborted",
                 "other",
@@ -512,7 +535,8 @@ def report(results: list[dict[str, Any]]) -> None:
     print(
         "  idle→next = victim engine idle (its held request answered) -> the retirement "
         "leaves Draining; act/wft lag = history Scheduled -> Started of activities / "
-        "workflow tasks; last del = starts -> the last victim Pod deleted; CPU = the worker's; "
+        "workflow tasks; last del = starts -> the last victim Pod deleted; CPU, RSS, peak, "
+        "threads = the worker's (procs 2: the sum of a workflows and an activities process); "
         "exec CPU = kwok's with its exec'd one-shots (the metric reads run there)"
     )
 
@@ -566,9 +590,15 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="spread the N deployments over this many namespaces (default 1: all in one)",
     )
+    p.add_argument(
+        "--split",
+        action="store_true",
+        help="run the worker as two processes on the task queue: --serve workflows and "
+        "--serve activities (default: one process serving both)",
+    )
     a = p.parse_args(argv)
     fleets = [int(x) for x in a.fleets.split(",") if x.strip()]
     # prints the table after each fleet
-    results = asyncio.run(run(fleets, a.busy, max(1, a.namespaces)))
+    results = asyncio.run(run(fleets, a.busy, max(1, a.namespaces), a.split))
     picture(results)
     return 0

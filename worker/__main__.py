@@ -17,7 +17,7 @@ from activities.polling import limit_polls
 from connection.client import connect
 from connection.errors import ConnectionConfigError
 from kube.client import Kube
-from worker.build import build_worker
+from worker.build import Serves, build_worker
 from worker.config import WorkerConfig
 from worker.telemetry import runtime_serving_metrics
 
@@ -34,15 +34,26 @@ async def serve(cfg: WorkerConfig) -> None:
         log.info("metrics on http://%s/metrics", cfg.metrics_address)
     limit_execs(cfg.max_concurrent_execs)
     limit_polls(cfg.max_concurrent_polls)
-    kube = Kube.from_config(kubeconfig=cfg.kubeconfig, connections=cfg.max_concurrent_activities)
+    kube = (
+        None
+        if cfg.serves is Serves.WORKFLOWS
+        else Kube.from_config(kubeconfig=cfg.kubeconfig, connections=cfg.max_concurrent_activities)
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     with ThreadPoolExecutor(max_workers=cfg.max_concurrent_activities) as executor:
-        worker = build_worker(client, task_queue=cfg.task_queue, kube=kube, executor=executor)
+        worker = build_worker(
+            client, task_queue=cfg.task_queue, kube=kube, executor=executor, serves=cfg.serves
+        )
         async with worker:
-            log.info("worker on %s task queue %s", cfg.connection.describe(), cfg.task_queue)
+            log.info(
+                "worker (%s) on %s task queue %s",
+                cfg.serves.value,
+                cfg.connection.describe(),
+                cfg.task_queue,
+            )
             await stop.wait()
             log.info("shutting down: finishing in-flight activity attempts")
 

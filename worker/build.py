@@ -7,6 +7,7 @@ worker the product runs, on a client of their own, without the command line.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from enum import StrEnum
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -17,16 +18,40 @@ from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow
 
 
+class Serves(StrEnum):
+    """What one worker process hosts (``retire-worker --serve``)."""
+
+    #: Workflows and activities in one process (the default).
+    ALL = "all"
+    #: Workflow tasks only: no Kubernetes access (no kubeconfig needed).
+    WORKFLOWS = "workflows"
+    #: Activities only: the Kubernetes reads, writes and drain execs.
+    ACTIVITIES = "activities"
+
+
 def build_worker(
-    client: Client, *, task_queue: str, kube: Kube, executor: ThreadPoolExecutor
+    client: Client,
+    *,
+    task_queue: str,
+    kube: Kube | None,
+    executor: ThreadPoolExecutor,
+    serves: Serves = Serves.ALL,
 ) -> Worker:
-    """A worker for one task queue and one cluster."""
+    """A worker for one task queue and one cluster, hosting what ``serves`` says.
+
+    Workflow tasks run on the worker's event loop and activities on ``executor``'s
+    threads, under one interpreter lock: with hundreds of busy retirements, the polls'
+    decoding delays the workflow tasks (measured in the worker benchmark).  Two processes
+    on one task queue, one ``WORKFLOWS`` and one ``ACTIVITIES``, keep them apart."""
+    activities = serves is not Serves.WORKFLOWS
+    if activities and kube is None:
+        raise ValueError(f"a worker serving {serves.value} needs a cluster (kube)")
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[RetirementWorkflow],
-        activities=RetirementActivities(kube).all(),
-        activity_executor=executor,
-        max_concurrent_activities=executor._max_workers,
+        workflows=[RetirementWorkflow] if serves is not Serves.ACTIVITIES else [],
+        activities=RetirementActivities(kube).all() if kube is not None and activities else [],
+        activity_executor=executor if activities else None,
+        max_concurrent_activities=executor._max_workers if activities else None,
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     )

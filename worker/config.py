@@ -11,6 +11,7 @@ from activities.drain import DEFAULT_EXEC_SLOTS
 from activities.polling import DEFAULT_POLL_SLOTS
 from connection.flags import ConnectionFlags, add_connection_flags, add_task_queue_flag
 from connection.settings import ConnectionSettings, resolve
+from worker.build import Serves
 
 #: Execs at once, by default: enough for the reads of hundreds of retirements spaced as the
 #: drain spaces them (a busy member is read every 8 s, an idle one every second; one read
@@ -32,6 +33,8 @@ class WorkerConfig:
     max_concurrent_polls: int = DEFAULT_POLL_SLOTS
     #: ``host:port`` of the Prometheus endpoint (SDK and product metrics); None: off.
     metrics_address: str | None = None
+    #: What this process hosts: workflows, activities, or both (``worker.build.Serves``).
+    serves: Serves = Serves.ALL
 
     @classmethod
     def parse(
@@ -56,6 +59,7 @@ class WorkerConfig:
             max_concurrent_execs=a.max_concurrent_execs,
             max_concurrent_polls=a.max_concurrent_polls,
             metrics_address=a.metrics_address or None,
+            serves=Serves(a.serve),
         )
 
 
@@ -105,6 +109,14 @@ def parser(*, environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParse
         default=environ.get("RETIRE_METRICS_ADDRESS") or None,
         metavar="HOST:PORT",
         help="serve Prometheus metrics (the SDK's and the product's) at http://HOST:PORT/metrics",
+    )
+    p.add_argument(
+        "--serve",
+        choices=[s.value for s in Serves],
+        default=environ.get("RETIRE_SERVE", Serves.ALL.value),
+        help="host workflows and activities in this process (all, the default), or only "
+        "one of them: two processes on one task queue keep the workflow tasks clear of the "
+        "activities' work",
     )
     return p
 
