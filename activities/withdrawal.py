@@ -256,8 +256,15 @@ def _routerless(api: KubeApi, inp: PhaseInput, quiet: dict[str, object]) -> tupl
         except Replaced as e:
             return Verdict.UNKNOWN, f"router-less: member {e}"
         if not s.complete:
-            quiet.clear()
-            quiet["strained"] = True  # the next read backs off (``_spacing``)
+            # The window is kept: a read that failed (no exec slot, an exec timed out under
+            # load) saw nothing, so it cannot have seen traffic.  The window still ends
+            # only on a read that works, with the counters of its start: they are
+            # monotonic, and every read that works was bound to the admitted container
+            # (``sample_member``: same container ID and restart count before and after),
+            # so equal counters mean no work in between, however many reads failed.
+            # Restarting it instead let 200 retirements starting at once never finish one
+            # (worker benchmark: each read that found no exec slot began the wait again).
+            quiet["strained"] = True  # the next read backs off (``next_poll``)
             return Verdict.UNKNOWN, f"router-less: {m.pod} {s.reason}"
         counters[m.pod] = s.counters
     now = time.monotonic()

@@ -52,7 +52,7 @@ class SharedReads:
 
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _keys: dict[Hashable, _Key] = field(default_factory=dict, repr=False)
-    #: Reads asked and requests sent, for the benchmark's figures.
+    #: Reads asked and requests sent (what sharing saved; read by the tests).
     asked: int = 0
     sent: int = 0
 

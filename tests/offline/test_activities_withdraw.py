@@ -169,6 +169,36 @@ def test_a_read_that_fails_holds_the_quiet_window(answer: ExecResult, reason: st
     assert obs.reason.startswith(f"router-less: llm-1 {reason}")
 
 
+def test_reads_that_fail_do_not_restart_the_quiet_window() -> None:
+    """A window started by a read that worked survives reads that failed (no exec slot, an
+    exec timed out: they saw nothing); the first read that works after them, with the
+    counters unmoved and the window's length behind it, verifies.  Before, each failed
+    read restarted the window: 200 retirements at once, their reads queueing for exec
+    slots, aborted when the budget ran out with "quiet window started"."""
+    kube, target = admitted()
+    no_slot = ExecResult(error="no exec slot within 3 s (this worker runs 16 reads at once)")
+    timed_out = ExecResult(error="exec failed: timed out after 5 s")
+    kube.script_exec("llm-1", idle(), no_slot, timed_out, no_slot, no_slot, idle())
+    beats: list[Any] = []
+    obs = withdraw(kube, target, window=0.05, heartbeats=beats)
+    assert obs.verdict is Verdict.VERIFIED
+    assert obs.readings["routers"].startswith("router-less: counters quiet for")
+    assert len(kube.called("exec_pod")) == 6  # the first read that worked again verified
+    started = [b.polls for b in beats if b.last.readings["routers"].endswith("window started")]
+    assert set(started) == {1}
+
+
+def test_counters_that_moved_behind_failed_reads_restart_the_quiet_window() -> None:
+    kube, target = admitted()
+    failed = ExecResult(error="exec failed: timed out after 5 s")
+    kube.script_exec("llm-1", idle((5, 7)), failed, failed, failed, failed, idle((6, 9)))
+    beats: list[Any] = []
+    obs = withdraw(kube, target, window=0.05, heartbeats=beats)
+    assert obs.verdict is Verdict.VERIFIED
+    started = [b.polls for b in beats if b.last.readings["routers"].endswith("window started")]
+    assert set(started) == {1, 6}  # the window began again at the read that saw work
+
+
 @pytest.mark.parametrize("how", ["replaced", "gone"])
 def test_a_lost_member_holds_the_quiet_window_and_is_not_read(how: str) -> None:
     kube, target = admitted()
