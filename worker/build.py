@@ -42,7 +42,8 @@ def build_worker(
     Workflow tasks run on the worker's event loop and activities on ``executor``'s
     threads, under one interpreter lock: with hundreds of busy retirements, the polls'
     decoding delays the workflow tasks (measured in the worker benchmark).  Two processes
-    on one task queue, one ``WORKFLOWS`` and one ``ACTIVITIES``, keep them apart."""
+    on one task queue, one ``WORKFLOWS`` and one ``ACTIVITIES``, keep them apart: for
+    workers on separate machines (on one 2-core machine the split measured worse)."""
     activities = serves is not Serves.WORKFLOWS
     if activities and kube is None:
         raise ValueError(f"a worker serving {serves.value} needs a cluster (kube)")

@@ -49,6 +49,8 @@ class WorkerConfig:
             p.error("--max-concurrent-execs must be at least 1")
         if a.max_concurrent_polls < 1:
             p.error("--max-concurrent-polls must be at least 1")
+        if a.serve not in {s.value for s in Serves}:  # a default from RETIRE_SERVE
+            p.error(f"--serve {a.serve!r}: choose from {', '.join(s.value for s in Serves)}")
         if a.metrics_address and not _host_port(a.metrics_address):
             p.error(f"--metrics-address {a.metrics_address!r} is not HOST:PORT")
         return cls(

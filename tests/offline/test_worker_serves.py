@@ -25,6 +25,15 @@ def test_an_unknown_serve_value_is_a_usage_error(capsys: pytest.CaptureFixture[s
     assert "invalid choice: 'everything'" in capsys.readouterr().err
 
 
+def test_an_unknown_serve_from_the_environment_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as e:
+        WorkerConfig.parse([], environ={"RETIRE_SERVE": "both"})
+    assert e.value.code == 2
+    assert "--serve 'both': choose from all, workflows, activities" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("serves", [Serves.ALL, Serves.ACTIVITIES])
 def test_a_worker_running_activities_needs_a_cluster(serves: Serves) -> None:
     with (
