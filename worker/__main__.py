@@ -49,10 +49,10 @@ async def serve(cfg: WorkerConfig) -> None:
         )
         async with worker:
             log.info(
-                "worker (%s) on %s task queue %s",
-                cfg.serves.value,
+                "worker on %s task queue %s (serving %s)",
                 cfg.connection.describe(),
                 cfg.task_queue,
+                cfg.serves.value,
             )
             await stop.wait()
             log.info("shutting down: finishing in-flight activity attempts")

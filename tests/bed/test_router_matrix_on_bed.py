@@ -225,7 +225,11 @@ async def test_every_router_pod_must_stop_selecting_it_mixed_gateway_releases(ct
     first, keep, victim = await setup(ctx, name, "sglang-router")
     other = second_router_pod(ctx, name)
     second = await asyncio.to_thread(ctx.bed.start_router, ctx.ns, name, program="smg", pod=other)
+    # Both replicas selected by the second router before the retirement: smg registers
+    # each worker by a workflow of its own, and under load the kept one came seconds later
+    # (a CI run read smg's selection empty after the retirement: it had not added it yet).
     await until_selected("smg", second, worker_url(victim))
+    await until_selected("smg", second, worker_url(keep))
     handle = await retire(ctx, name, 1)
     st = await handle.result()
     assert st.outcome is Outcome.COMPLETED, st.reasons
