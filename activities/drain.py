@@ -13,11 +13,7 @@ kubelet and a process start on the node."""
 
 from __future__ import annotations
 
-import heapq
-import itertools
-import math
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -80,65 +76,31 @@ def identity(api: KubeApi, target: Target, m: MemberTarget) -> Identity:
 
 
 class ExecSlots:
-    """A bound on the execs one worker process runs at once, served earliest deadline first.
+    """A bound on the execs one worker process runs at once.
 
-    Why a bound: N retirements started together (an autoscaler scaling N deployments
-    down) read together; unbounded, N execs start at once, queue for the API server and
-    the node's CPU, and every one of them times out together (measured on the bed: 50
-    reads at once took 4.2 s against the 5 s exec bound).  Bounded, they run a few at a
-    time and each one is quick; a read that finds no slot within ``wait_s`` reads UNKNOWN
-    with that reason (never idle) and is followed later, as a timed-out one is.
-
-    Why by deadline: the reads queue for slots when the node's exec throughput is the
-    bound, and a read is worth most to the phase that runs out of time first.  A
-    router-less withdrawal (30 s budget, two reads at least the quiet window apart) then
-    goes before a drain read of a busy engine (240 s budget, read every 8 s), and the
-    withdrawal that started first before one that started later.  Reads with equal
-    deadlines (or none) are served in arrival order."""
+    Why: N retirements started together (an autoscaler scaling N deployments down) read
+    together; unbounded, N execs start at once, queue for the API server and the node's
+    CPU, and every one of them times out together (measured on the bed: 50 reads at once
+    took 4.2 s against the 5 s exec bound).  Bounded, they run a few at a time and each
+    one is quick; a read that finds no slot within ``wait_s`` reads UNKNOWN with that
+    reason (never idle) and is followed later, as a timed-out one is.  Waiters are served
+    in arrival order (``threading.Semaphore`` wakes the longest waiting)."""
 
     def __init__(self, size: int) -> None:
         if size < 1:
             raise ValueError(f"exec slots must be at least 1, not {size}")
         self.size = size
-        self._cond = threading.Condition()
-        self._free = size
-        #: The waiting reads: (deadline, arrival); the heap's top is served next.
-        self._waiting: list[tuple[float, int]] = []
-        self._arrivals = itertools.count()
+        self._free = threading.BoundedSemaphore(size)
 
     @contextmanager
-    def slot(self, wait_s: float, *, due: datetime | None = None) -> Iterator[bool]:
-        """Hold a slot for the block; yields False when none freed within ``wait_s``.
-        ``due``: the deadline of the phase the read serves (None: after every deadline)."""
-        got = self._acquire(wait_s, math.inf if due is None else due.timestamp())
+    def slot(self, wait_s: float) -> Iterator[bool]:
+        """Hold a slot for the block; yields False when none freed within ``wait_s``."""
+        got = self._free.acquire(timeout=wait_s)
         try:
             yield got
         finally:
             if got:
-                with self._cond:
-                    self._free += 1
-                    self._cond.notify_all()
-
-    def _acquire(self, wait_s: float, due: float) -> bool:
-        end = time.monotonic() + wait_s
-        me = (due, next(self._arrivals))
-        with self._cond:
-            heapq.heappush(self._waiting, me)
-            try:
-                while not (self._free > 0 and self._waiting[0] == me):
-                    left = end - time.monotonic()
-                    if left <= 0:
-                        return False
-                    self._cond.wait(left)
-                heapq.heappop(self._waiting)
-                self._free -= 1
-                return True
-            finally:
-                if me in self._waiting:  # gave up: out of the queue
-                    self._waiting.remove(me)
-                    heapq.heapify(self._waiting)
-                if self._free > 0 and self._waiting:
-                    self._cond.notify_all()  # the next in line may take a free slot
+                self._free.release()
 
 
 _slots = [ExecSlots(DEFAULT_EXEC_SLOTS)]
@@ -156,12 +118,9 @@ def limit_execs(size: int) -> ExecSlots:
     return _slots[0]
 
 
-def exec_oneshot(
-    api: KubeApi, target: Target, m: MemberTarget, *, due: datetime | None = None
-) -> tuple[str, str]:
+def exec_oneshot(api: KubeApi, target: Target, m: MemberTarget) -> tuple[str, str]:
     """Run the one-shot in the member's ``main`` container, in one of the worker's exec
-    slots (``due``: the deadline of the phase reading, which orders the queue for them);
-    returns (stdout, error)."""
+    slots; returns (stdout, error)."""
     try:
         port = valid_port(None if m.metrics_port is None else str(m.metrics_port))
         scheme, path = valid_scheme(m.metrics_scheme), valid_path(m.metrics_path)
@@ -169,7 +128,7 @@ def exec_oneshot(
         return "", f"read refused: {e}"
     argv = command(port=port, scheme=scheme, path=path, names=SERIES[target.engine].all)
     slots = exec_slots()
-    with slots.slot(EXEC_SLOT_WAIT_S, due=due) as got:
+    with slots.slot(EXEC_SLOT_WAIT_S) as got:
         if not got:
             return "", (
                 f"no exec slot within {EXEC_SLOT_WAIT_S:g} s "
@@ -191,11 +150,8 @@ def exec_oneshot(
     return result.stdout, ""
 
 
-def sample_member(
-    api: KubeApi, target: Target, m: MemberTarget, *, due: datetime | None = None
-) -> Sample:
-    """One read of one member for a phase ending at ``due``; raises Replaced on a
-    definite identity fault."""
+def sample_member(api: KubeApi, target: Target, m: MemberTarget) -> Sample:
+    """One read of one member; raises Replaced on a definite identity fault."""
     try:
         before = identity(api, target, m)
     except KubeError as e:
@@ -206,7 +162,7 @@ def sample_member(
         return Sample(complete=True, reason="never started: nothing to drain")
     if before.container_id != m.container_id or before.restart_count != m.restart_count:
         return unknown("container main restarted since admission")
-    stdout, error = exec_oneshot(api, target, m, due=due)
+    stdout, error = exec_oneshot(api, target, m)
     try:
         after = identity(api, target, m)
     except KubeError as e:
@@ -257,7 +213,7 @@ def drain(api: KubeApi, inp: PhaseInput) -> Observation:
             samples: dict[str, Sample] = {}
             for m in members:
                 try:
-                    samples[m.pod] = sample_member(api, target, m, due=inp.deadline)
+                    samples[m.pod] = sample_member(api, target, m)
                 except Replaced as e:
                     return Observation(verdict=Verdict.FAILED, reason=f"member {e}")
             in_flight[0] = busy_in_flight(target.measured, samples)

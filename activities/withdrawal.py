@@ -252,7 +252,7 @@ def _routerless(api: KubeApi, inp: PhaseInput, quiet: dict[str, object]) -> tupl
     counters: dict[str, tuple[float, ...]] = {}
     for m in (m for m in target.members if m.measured):
         try:
-            s = sample_member(api, target, m, due=inp.deadline)
+            s = sample_member(api, target, m)
         except Replaced as e:
             return Verdict.UNKNOWN, f"router-less: member {e}"
         if not s.complete:
