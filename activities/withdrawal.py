@@ -262,8 +262,9 @@ def _routerless(api: KubeApi, inp: PhaseInput, quiet: dict[str, object]) -> tupl
             # monotonic, and every read that works was bound to the admitted container
             # (``sample_member``: same container ID and restart count before and after),
             # so equal counters mean no work in between, however many reads failed.
-            # Restarting it instead let 200 retirements starting at once never finish one
-            # (worker benchmark: each read that found no exec slot began the wait again).
+            # Restarting it instead made retirements of 200 started at once run out of
+            # budget on "quiet window started" (worker benchmark: each read that found no
+            # exec slot began the wait again).
             quiet["strained"] = True  # the next read backs off (``next_poll``)
             return Verdict.UNKNOWN, f"router-less: {m.pod} {s.reason}"
         counters[m.pod] = s.counters
