@@ -1,6 +1,6 @@
 """What the fleet benchmarks share: progress lines, the Temporal dev server with its metrics
 endpoint, counters read from the API server's and the dev server's ``/metrics``, a child
-process's CPU time and memory from ``/proc``, percentiles and tables."""
+process's CPU time and memory from ``/proc``, percentiles, tables and pictures."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import math
 import os
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,26 @@ from testbed.procs import Child, free_port
 from testbed.temporal_dev import TemporalDevConfig, load_config, start_dev_server
 
 RESULTS = REPO_ROOT / "bench" / "results"
+
+
+@contextmanager
+def two_panels(path: Path, *, figsize: tuple[float, float] = (11, 4.2), **kw: Any) -> Iterator[Any]:
+    """Two side-by-side panels (matplotlib axes) for the block to draw; then the figure is
+    saved to ``path`` as a PNG and its path printed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, panels = plt.subplots(1, 2, figsize=figsize, **kw)
+    try:
+        yield panels
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+    finally:
+        plt.close(fig)
+    print(f"  picture: {path}")
 
 
 def say(msg: str) -> None:

@@ -37,6 +37,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities import Kube
+from bench.common import RESULTS, two_panels
 from retirement.models import RetirementState, workflow_id_for
 from retirement.names import GROUP, LABEL_ELIGIBLE, LABEL_INSTANCE, LABEL_ORDINAL, PLURAL, VERSION
 from testbed.bed import ROUTERS, Bed, wait_for
@@ -47,8 +48,6 @@ from testbed.standin_operator import StandInOperator, router_pod_name
 from testbed.standin_termination import PodTermination
 from testbed.temporal_dev import load_config, search_attribute_keys
 from worker.__main__ import build_worker
-
-RESULTS = REPO_ROOT / "bench" / "results"
 
 #: The three ways to scale down, in the table's order, with their labels.
 PATHS = {
@@ -338,57 +337,50 @@ def report(r: dict[str, Any]) -> None:
 
 def picture(r: dict[str, Any], path: Path) -> None:
     """Failed requests per router and path, and each retirement's phases, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     kinds = list(r["routers"])
-    fig, (bars, timeline) = plt.subplots(
-        1, 2, figsize=(13, 4.6), gridspec_kw={"width_ratios": [1.2, 1.4]}
-    )
-    colors = {"product": "#4c9f70", "direct": "#d1495b", "prestop": "#edae49"}
-    width = 0.26
-    for j, (p, label) in enumerate(PATHS.items()):
-        xs = [i + (j - 1) * width for i in range(len(kinds))]
-        failed = [r["routers"][k]["counts"][p][1] for k in kinds]
-        bars.bar(xs, failed, width=width, color=colors[p], label=label)
-        for x, f, k in zip(xs, failed, kinds, strict=True):
-            total = sum(r["routers"][k]["counts"][p])
-            bars.text(x, f, f" {f}/{total}", ha="center", va="bottom", fontsize=7, rotation=90)
-    top = max((r["routers"][k]["counts"][p][1] for k in kinds for p in PATHS), default=0)
-    bars.set_ylim(0, top * 1.6 + 1)  # room for the legend above the bars
-    bars.set_xticks(range(len(kinds)), kinds)
-    bars.set_ylabel("failed requests")
-    bars.set_title(
-        f"Failed requests in a 2→1 scale-down ({r['streams']} streams of "
-        f"1-{r['longest_s']:g} s requests per path)",
-        fontsize=10,
-    )
-    bars.legend(loc="upper left", fontsize=8)
-    palette = ["#8ecae6", "#219ebc", "#ffb703", "#fb8500", "#d1495b", "#6a4c93"]
-    seen: dict[str, str] = {}
-    for row, k in enumerate(kinds):
-        start = 0.0
-        for phase, secs in r["routers"][k]["phases"]:
-            color = seen.setdefault(phase, palette[len(seen) % len(palette)])
-            timeline.barh(row, secs, left=start, color=color, edgecolor="white")
-            if secs > 1.0:
-                timeline.text(start + secs / 2, row, f"{secs:.1f}", ha="center", va="center")
-            start += secs
-    for phase, color in seen.items():
-        timeline.barh(0, 0, color=color, label=phase)
-    timeline.set_yticks(range(len(kinds)), kinds)
-    timeline.invert_yaxis()
-    timeline.set_xlabel("seconds since the retirement's admission")
-    timeline.set_title("The product's retirement, phase by phase")
-    timeline.legend(
-        loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3, fontsize=8, frameon=False
-    )
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    print(f"  picture: {path}")
+    with two_panels(path, figsize=(13, 4.6), gridspec_kw={"width_ratios": [1.2, 1.4]}) as (
+        bars,
+        timeline,
+    ):
+        colors = {"product": "#4c9f70", "direct": "#d1495b", "prestop": "#edae49"}
+        width = 0.26
+        for j, (p, label) in enumerate(PATHS.items()):
+            xs = [i + (j - 1) * width for i in range(len(kinds))]
+            failed = [r["routers"][k]["counts"][p][1] for k in kinds]
+            bars.bar(xs, failed, width=width, color=colors[p], label=label)
+            for x, f, k in zip(xs, failed, kinds, strict=True):
+                total = sum(r["routers"][k]["counts"][p])
+                bars.text(x, f, f" {f}/{total}", ha="center", va="bottom", fontsize=7, rotation=90)
+        top = max((r["routers"][k]["counts"][p][1] for k in kinds for p in PATHS), default=0)
+        bars.set_ylim(0, top * 1.6 + 1)  # room for the legend above the bars
+        bars.set_xticks(range(len(kinds)), kinds)
+        bars.set_ylabel("failed requests")
+        bars.set_title(
+            f"Failed requests in a 2→1 scale-down ({r['streams']} streams of "
+            f"1-{r['longest_s']:g} s requests per path)",
+            fontsize=10,
+        )
+        bars.legend(loc="upper left", fontsize=8)
+        palette = ["#8ecae6", "#219ebc", "#ffb703", "#fb8500", "#d1495b", "#6a4c93"]
+        seen: dict[str, str] = {}
+        for row, k in enumerate(kinds):
+            start = 0.0
+            for phase, secs in r["routers"][k]["phases"]:
+                color = seen.setdefault(phase, palette[len(seen) % len(palette)])
+                timeline.barh(row, secs, left=start, color=color, edgecolor="white")
+                if secs > 1.0:
+                    timeline.text(start + secs / 2, row, f"{secs:.1f}", ha="center", va="center")
+                start += secs
+        for phase, color in seen.items():
+            timeline.barh(0, 0, color=color, label=phase)
+        timeline.set_yticks(range(len(kinds)), kinds)
+        timeline.invert_yaxis()
+        timeline.set_xlabel("seconds since the retirement's admission")
+        timeline.set_title("The product's retirement, phase by phase")
+        timeline.legend(
+            loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3, fontsize=8, frameon=False
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,6 +44,7 @@ import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -62,6 +63,7 @@ from bench.common import (
     say,
     start_temporal,
     table,
+    two_panels,
     wait_until,
     with_timeout_delete_namespace,
 )
@@ -445,33 +447,23 @@ def report(results: list[dict[str, Any]]) -> None:
     )
 
 
-def picture(results: list[dict[str, Any]]) -> None:
+def picture(results: list[dict[str, Any]], path: Path = RESULTS / "watcher_fleet.png") -> None:
     """Latency and cost against the fleet size, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     ms = [r["m"] for r in results]
-    fig, (lat, cost) = plt.subplots(1, 2, figsize=(11, 4.2))
-    lat.plot(ms, [r["p50_ms"] for r in results], "o-", label="p50")
-    lat.plot(ms, [r["p99_ms"] for r in results], "s--", label="p99")
-    lat.set_xscale("log")
-    lat.set_xlabel("ModelDeployments (10 Pods each)")
-    lat.set_ylabel("ms")
-    lat.set_title("Spec write → retirement started")
-    lat.legend()
-    cost.plot(ms, [r["cpu_per_s"] for r in results], "o-", label="watcher CPU s per s")
-    cost.plot(ms, [r["rss_mib"] / 1000 for r in results], "s--", label="watcher RSS (GiB)")
-    cost.set_xscale("log")
-    cost.set_xlabel("ModelDeployments (10 Pods each)")
-    cost.set_title("Watcher cost under churn")
-    cost.legend()
-    fig.tight_layout()
-    path = RESULTS / "watcher_fleet.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    print(f"  picture: {path}")
+    with two_panels(path) as (lat, cost):
+        lat.plot(ms, [r["p50_ms"] for r in results], "o-", label="p50")
+        lat.plot(ms, [r["p99_ms"] for r in results], "s--", label="p99")
+        lat.set_xscale("log")
+        lat.set_xlabel("ModelDeployments (10 Pods each)")
+        lat.set_ylabel("ms")
+        lat.set_title("Spec write → retirement started")
+        lat.legend()
+        cost.plot(ms, [r["cpu_per_s"] for r in results], "o-", label="watcher CPU s per s")
+        cost.plot(ms, [r["rss_mib"] / 1000 for r in results], "s--", label="watcher RSS (GiB)")
+        cost.set_xscale("log")
+        cost.set_xlabel("ModelDeployments (10 Pods each)")
+        cost.set_title("Watcher cost under churn")
+        cost.legend()
 
 
 def main(argv: list[str] | None = None) -> int:

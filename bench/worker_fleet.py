@@ -44,6 +44,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -64,6 +65,7 @@ from bench.common import (
     start_temporal,
     table,
     threads,
+    two_panels,
     wait_until,
     with_timeout_delete_namespace,
 )
@@ -541,42 +543,35 @@ def report(results: list[dict[str, Any]]) -> None:
     )
 
 
-def picture(results: list[dict[str, Any]]) -> None:
+def picture(results: list[dict[str, Any]], path: Path = RESULTS / "worker_fleet.png") -> None:
     """Lags and cost against N, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     ns = [r["n"] for r in results]
-    fig, (lag, cost) = plt.subplots(1, 2, figsize=(11, 4.2))
-    lag.plot(ns, [r["idle_p50"] for r in results], "o-", label="idle → leaves Draining p50 (s)")
-    lag.plot(ns, [r["idle_p99"] for r in results], "s--", label="idle → leaves Draining p99 (s)")
-    lag.plot(
-        ns, [r["act_p99_ms"] / 1000 for r in results], "^:", label="activity start lag p99 (s)"
-    )
-    lag.set_xlabel("retirements at once (one worker)")
-    lag.set_ylabel("s")
-    lag.set_title(f"Lags (engines busy {results[0]['busy_s']:.0f} s)")
-    lag.legend(fontsize=8)
-    cost.bar([str(n) for n in ns], [r["execs_per_s"] for r in results], color="#219ebc")
-    cost.set_xlabel("retirements at once")
-    cost.set_ylabel("pods/exec per second")
-    for i, r in enumerate(results):
-        cost.text(
-            i,
-            r["execs_per_s"],
-            f"{r['cpu_s']:.0f} CPU s\n{r['hwm_mib']:.0f} MiB peak",
-            ha="center",
-            va="bottom",
-            fontsize=8,
+    with two_panels(path) as (lag, cost):
+        lag.plot(ns, [r["idle_p50"] for r in results], "o-", label="idle → leaves Draining p50 (s)")
+        lag.plot(
+            ns, [r["idle_p99"] for r in results], "s--", label="idle → leaves Draining p99 (s)"
         )
-    cost.set_title("Worker load")
-    fig.tight_layout()
-    path = RESULTS / "worker_fleet.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    print(f"  picture: {path}")
+        lag.plot(
+            ns, [r["act_p99_ms"] / 1000 for r in results], "^:", label="activity start lag p99 (s)"
+        )
+        lag.set_xlabel("retirements at once (one worker)")
+        lag.set_ylabel("s")
+        lag.set_title(f"Lags (engines busy {results[0]['busy_s']:.0f} s)")
+        lag.legend(fontsize=8)
+        cost.bar([str(n) for n in ns], [r["execs_per_s"] for r in results], color="#219ebc")
+        cost.set_xlabel("retirements at once")
+        cost.set_ylabel("pods/exec per second")
+        cost.set_ylim(0, max(r["execs_per_s"] for r in results) * 1.3 + 0.1)  # room for labels
+        for i, r in enumerate(results):
+            cost.text(
+                i,
+                r["execs_per_s"],
+                f"{r['cpu_s']:.0f} CPU s\n{r['hwm_mib']:.0f} MiB peak",
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
+        cost.set_title("Worker load")
 
 
 def main(argv: list[str] | None = None) -> int:
