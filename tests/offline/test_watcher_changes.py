@@ -64,6 +64,18 @@ def pod_event(w: World, mutate: Callable[[Body], object], name: str = POD) -> Ch
     return Changed("pods", (NS, name), pod=Pod.from_raw(body))
 
 
+def applied(mutate: Callable[[Body], object], expected: Change) -> tuple[World, Controller, Pod]:
+    """A loaded controller after the MODIFIED event of ``mutate`` on the Pod, checked to
+    be the ``expected`` kind of change; returns the world, the controller and the new Pod."""
+    w = world()
+    ctl = loaded(w)
+    event = pod_event(w, mutate)
+    assert event.pod is not None
+    assert pod_change(Pod.from_raw(w.kube.pods[(NS, POD)]), event.pod) is expected
+    ctl.apply(event)
+    return w, ctl, event.pod
+
+
 def md_event(w: World, mutate: Callable[[Body], object]) -> Changed:
     body = copy.deepcopy(w.kube.deployments[(NS, MD)])
     mutate(body)
@@ -118,12 +130,7 @@ READ: dict[str, Callable[[Body], object]] = {
 
 @pytest.mark.parametrize("mutate", NOISE.values(), ids=list(NOISE))
 def test_status_noise_is_cached_without_a_reconcile(mutate: Callable[[Body], object]) -> None:
-    w = world()
-    ctl = loaded(w)
-    event = pod_event(w, mutate)
-    assert event.pod is not None
-    assert pod_change(Pod.from_raw(w.kube.pods[(NS, POD)]), event.pod) is Change.NONE
-    ctl.apply(event)
+    _, ctl, _ = applied(mutate, Change.NONE)
     assert len(ctl.queue) == 0
 
 
@@ -131,14 +138,9 @@ def test_status_noise_is_cached_without_a_reconcile(mutate: Callable[[Body], obj
 def test_other_labels_and_annotations_reach_only_a_deployment_that_reads_them(
     mutate: Callable[[Body], object],
 ) -> None:
-    w = world()
-    ctl = loaded(w)
-    event = pod_event(w, mutate)
-    assert event.pod is not None
-    assert pod_change(Pod.from_raw(w.kube.pods[(NS, POD)]), event.pod) is Change.FOREIGN
-    ctl.apply(event)
+    w, ctl, pod = applied(mutate, Change.FOREIGN)
     assert len(ctl.queue) == 0  # no refusal, no reconcile under way: nothing reads them
-    assert ctl.rec.fleet.pods_of((NS, MD))[1] == event.pod  # the cache has the new Pod
+    assert ctl.rec.fleet.pods_of((NS, MD))[1] == pod  # the cache has the new Pod
     # A refusal of the deployment depends on every label and annotation of its replica.
     w.rec.refusals[(NS, MD, "server", 1)] = Refusal("no", (), 30.0, until=2000.0)
     ctl.apply(pod_event(w, lambda b: (mutate(b), labels(b).update({"again": "1"}))))
@@ -155,12 +157,7 @@ def test_other_labels_and_annotations_reach_only_a_deployment_that_reads_them(
 def test_a_change_the_reconcile_reads_queues_the_deployment(
     mutate: Callable[[Body], object],
 ) -> None:
-    w = world()
-    ctl = loaded(w)
-    event = pod_event(w, mutate)
-    assert event.pod is not None
-    assert pod_change(Pod.from_raw(w.kube.pods[(NS, POD)]), event.pod) is Change.READ
-    ctl.apply(event)
+    _, ctl, _ = applied(mutate, Change.READ)
     assert len(ctl.queue) >= 1
     assert (NS, MD) in ctl.queue._dirty  # a Pod moved away touches the deployment it left
 
