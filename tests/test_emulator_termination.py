@@ -17,10 +17,11 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from retirement.names import ENGINE_CONTAINER
-from testbed.emulator import EmulatorHub, EngineEmulator, EngineKind, PodEngineSpec, termination
+from testbed.emulator import EmulatorHub, EngineEmulator, EngineKind, termination
 from testbed.emulator.termination import Exit, Phase, kubelet_termination, next_tick
 from testbed.standin_termination import EmulatedKubelet, PodTermination, prestop_sleep_seconds
 from tests.helpers import eventually
+from tests.helpers.emulators import emulators
 
 LOOPBACK = "127.0.0.1"
 WAIT = 10.0  # a bound on how long a state change may take to show (not a figure)
@@ -30,27 +31,8 @@ LONG = 30.0  # a request that cannot finish while a test runs
 @pytest.fixture
 def make() -> Iterator[Callable[..., EngineEmulator]]:
     """Started emulators on 127.0.0.1 (free ports); all stopped afterwards."""
-    made: list[EngineEmulator] = []
-
-    def factory(engine: EngineKind, **extra: Any) -> EngineEmulator:
-        emu = EngineEmulator(
-            PodEngineSpec(
-                name=f"pod-{len(made)}",
-                engine=engine,
-                serve_host=LOOPBACK,
-                serve_port=0,
-                metrics_port=0,
-                request_seconds=0.1,
-                **extra,
-            )
-        )
-        emu.start()
-        made.append(emu)
-        return emu
-
-    yield factory
-    for emu in made:
-        emu.stop()
+    with emulators(prefix="pod", request_seconds=0.1) as start:
+        yield start
 
 
 @pytest.fixture

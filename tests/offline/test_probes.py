@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import httpx
 import pytest
 
 from activities.probes import identity_probe
 from retirement.models import IntentKind, MemberTarget, Target
-from testbed.emulator import EngineEmulator, EngineKind, PodEngineSpec
+from testbed.emulator import EngineEmulator, EngineKind
+from tests.helpers.emulators import emulators
 
 Handler = Callable[[httpx.Request], httpx.Response]
 LOOPBACK = "127.0.0.1"
@@ -210,27 +210,8 @@ def test_sglang_probe_uses_generate_and_its_rid() -> None:
 @pytest.fixture
 def emulator() -> Iterator[Callable[..., EngineEmulator]]:
     """Started emulators on 127.0.0.1 (free port), stopped afterwards."""
-    made: list[EngineEmulator] = []
-
-    def start(engine: EngineKind, **extra: Any) -> EngineEmulator:
-        emu = EngineEmulator(
-            PodEngineSpec(
-                name=f"probe-{len(made)}",
-                engine=engine,
-                serve_host=LOOPBACK,
-                serve_port=0,
-                metrics_port=0,
-                request_seconds=30.0,
-                **extra,
-            )
-        )
-        emu.start()
-        made.append(emu)
-        return emu
-
-    yield start
-    for emu in made:
-        emu.stop()
+    with emulators(prefix="probe", request_seconds=30.0) as start:
+        yield start
 
 
 def test_probe_is_verified_by_the_strict_emulator(

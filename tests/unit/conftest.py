@@ -6,22 +6,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from testbed.emulator import EngineEmulator, EngineKind, PodEngineSpec
+from testbed.emulator import EngineEmulator, EngineKind
+from tests.helpers.emulators import emulators
 
 
 @pytest.fixture
 def vllm() -> Iterator[EngineEmulator]:
     """An emulated vLLM engine with two DP ranks on loopback (ephemeral ports)."""
-    emu = EngineEmulator(
-        PodEngineSpec(
-            name="e",
-            engine=EngineKind.VLLM,
-            serve_host="127.0.0.1",
-            serve_port=0,
-            metrics_port=0,
-            dp_ranks=2,
-        )
-    )
-    emu.start()
-    yield emu
-    emu.stop()
+    with emulators(prefix="e") as start:
+        yield start(EngineKind.VLLM, dp_ranks=2)
