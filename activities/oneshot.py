@@ -17,7 +17,10 @@ against the 5 s exec bound), 48 ms as it is now; importing ``prometheus_client``
 parser reads the text exposition format strictly: any line that is not a comment, blank, or
 a well-formed sample fails the whole read (``malformed metrics``), so a body it does not
 understand reads UNKNOWN, never idle; on well-formed bodies its sums equal
-``prometheus_client``'s (``tests/unit/test_oneshot_parser.py``).
+``prometheus_client``'s (``tests/unit/test_oneshot_parser.py``).  A body cut short by an
+early close fails the read too: shorter than its Content-Length, or a non-empty body
+without the final line feed every exposition line ends with (a cut one may still parse,
+without the series of the lines it lost: ``tests/unit/test_oneshot_truncated.py``).
 """
 
 from __future__ import annotations
@@ -91,11 +94,19 @@ try:
     resp = conn.getresponse()
     if resp.status != 200:
         fail("GET failed: HTTP %d" % resp.status)
+    # The parsed Content-Length (None when chunked or not given): read(amt) returns a body
+    # cut short by an early close without raising.
+    want = resp.length
     body = resp.read(%(cap)d + 1)
 except Exception as e:
     fail("GET failed: " + type(e).__name__)
 if len(body) > %(cap)d:
     fail("body over the 1 MiB cap")
+if want is not None and len(body) != want:
+    fail("body cut short: %d of its Content-Length %d bytes" % (len(body), want))
+# The exposition format ends every line with a line feed: without one, the body was cut.
+if body and not body.endswith(b"\n"):
+    fail("body cut short: no final line feed")
 try:
     sums, seen, bad = parse(body.decode("utf-8"), names)
 except Exception as e:

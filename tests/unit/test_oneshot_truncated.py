@@ -1,0 +1,156 @@
+"""The one-shot against a raw socket that sends a 200 answer and then closes early: a body
+shorter than its Content-Length, one without the final line feed, and a chunked body cut
+short each read UNKNOWN (``#error``), never as a complete body that lacks the series which
+say requests are running."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from activities.oneshot import command
+from retirement.readings import SERIES, parse_oneshot_output
+
+NAMES = SERIES["vLLM"].all
+#: A whole body: 12 requests running on DP rank 1, whose gauge comes last, so a body cut
+#: before it still parses, and as idle.
+BODY = (
+    b'vllm:num_requests_running{engine="0"} 0.0\n'
+    b'vllm:num_requests_waiting{engine="0"} 0.0\n'
+    b'vllm:prompt_tokens_total{engine="0"} 10.0\n'
+    b'vllm:generation_tokens_total{engine="0"} 20.0\n'
+    b'vllm:num_requests_running{engine="1"} 12.0\n'
+)
+#: BODY cut at the start of its last line: every line whole, rank 1 gone.
+CUT = BODY[: BODY.rindex(b"vllm:")]
+
+
+def _head(*headers: str) -> bytes:
+    return ("HTTP/1.1 200 OK\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n").encode()
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+@pytest.fixture
+def raw_server() -> Iterator[tuple[int, list[bytes]]]:
+    """A loopback socket that answers each connection with the next bytes of the list the
+    test fills in, then closes it (whatever a Content-Length said)."""
+    answers: list[bytes] = []
+    sock = socket.create_server(("127.0.0.1", 0))
+    sock.settimeout(0.05)  # a blocked accept() does not see the socket closed
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = sock.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    data = conn.recv(4096)
+                    if not data:
+                        break
+                    request += data
+                conn.sendall(answers.pop(0))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield sock.getsockname()[1], answers
+    done.set()
+    thread.join(timeout=5)
+    sock.close()
+
+
+def read(port: int) -> str:
+    argv = command(port=port, scheme="http", path="/metrics", names=NAMES)
+    argv[0] = sys.executable
+    return subprocess.run(argv, capture_output=True, text=True, timeout=10, check=True).stdout
+
+
+def test_a_whole_body_reads_complete(raw_server: tuple[int, list[bytes]]) -> None:
+    """The server itself: the same answer, not cut, reads complete and idle."""
+    port, answers = raw_server
+    answers.append(_head(f"Content-Length: {len(BODY)}") + BODY)
+    s = parse_oneshot_output(engine="vLLM", stdout=read(port))
+    assert s.complete and s.in_flight == 12 and s.counters == (10.0, 20.0), s
+
+
+def test_a_body_shorter_than_its_content_length_reads_unknown(
+    raw_server: tuple[int, list[bytes]],
+) -> None:
+    port, answers = raw_server
+    answers.append(_head(f"Content-Length: {len(BODY)}") + CUT)
+    out = read(port)
+    assert out.startswith("#error\t"), out
+    s = parse_oneshot_output(engine="vLLM", stdout=out)
+    assert not s.complete and not s.idle and "Content-Length" in s.reason, s
+
+
+def test_a_body_cut_mid_value_reads_unknown(raw_server: tuple[int, list[bytes]]) -> None:
+    """Cut inside the last value, the last line still parses (``... 1`` of ``12.0``)."""
+    port, answers = raw_server
+    answers.append(_head(f"Content-Length: {len(BODY)}") + BODY[:-4])
+    s = parse_oneshot_output(engine="vLLM", stdout=read(port))
+    assert not s.complete and not s.idle and "Content-Length" in s.reason, s
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        _head(f"Content-Length: {len(BODY) - 1}") + BODY[:-1],
+        _head() + BODY[:-1],  # no length: read until the close
+        _head("Connection: close") + CUT[:-1],
+    ],
+    ids=["with-length", "no-length", "cut-at-a-line-end"],
+)
+def test_a_body_without_its_final_line_feed_reads_unknown(
+    raw_server: tuple[int, list[bytes]], answer: bytes
+) -> None:
+    port, answers = raw_server
+    answers.append(answer)
+    out = read(port)
+    assert out.startswith("#error\t"), out
+    s = parse_oneshot_output(engine="vLLM", stdout=out)
+    assert not s.complete and not s.idle and "line feed" in s.reason, s
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [b"", b"5\r\nvll", b"5"],
+    ids=["no-last-chunk", "cut-mid-chunk", "cut-in-a-chunk-size"],
+)
+def test_a_chunked_body_cut_short_reads_unknown(
+    raw_server: tuple[int, list[bytes]], tail: bytes
+) -> None:
+    """http.client raises IncompleteRead here: already an ``#error``."""
+    port, answers = raw_server
+    answers.append(_head("Transfer-Encoding: chunked") + _chunk(CUT) + tail)
+    out = read(port)
+    assert out.startswith("#error\t"), out
+    s = parse_oneshot_output(engine="vLLM", stdout=out)
+    assert not s.complete and not s.idle and "GET failed" in s.reason, s
+
+
+def test_a_whole_chunked_body_reads_complete(raw_server: tuple[int, list[bytes]]) -> None:
+    port, answers = raw_server
+    answers.append(_head("Transfer-Encoding: chunked") + _chunk(CUT) + _chunk(BODY[len(CUT) :]))
+    answers[-1] += _chunk(b"")
+    s = parse_oneshot_output(engine="vLLM", stdout=read(port))
+    assert s.complete and s.in_flight == 12, s
+
+
+def test_an_empty_body_still_reads_missing_series(raw_server: tuple[int, list[bytes]]) -> None:
+    port, answers = raw_server
+    answers.append(_head("Content-Length: 0"))
+    out = read(port)
+    assert "#error" not in out and "missing" in out, out
+    assert not parse_oneshot_output(engine="vLLM", stdout=out).complete
