@@ -10,11 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from retirement.budgets import Budgets
 from retirement.drain import DrainProgress
+from retirement.names import K8S_NAME, ROLE_NAME_MAX
 from retirement.phases import Outcome, Phase, Verdict
 from retirement.protocol import Progress
 from retirement.retry import validate_token
-
-K8S_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 
 
 class _Model(BaseModel):
@@ -52,7 +51,7 @@ class RetirementRequest(_Model):
 
     namespace: str = Field(pattern=K8S_NAME, max_length=63)
     deployment: str = Field(pattern=K8S_NAME, max_length=253)
-    role: str = Field(pattern=K8S_NAME, max_length=63)
+    role: str = Field(pattern=K8S_NAME, max_length=ROLE_NAME_MAX)
     ordinal: int = Field(ge=0, le=100000, strict=True)  # JSON true is not ordinal 1
     intent: IntentKind = IntentKind.COUNT_TRIM
     #: Surplus shed: the member Pods to retire (empty: the whole replica).

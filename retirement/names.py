@@ -24,6 +24,13 @@ ANNOTATION_PROM_PORT = "prometheus.io/port"
 ANNOTATION_PROM_SCHEME = "prometheus.io/scheme"
 ANNOTATION_PROM_PATH = "prometheus.io/path"
 
+#: A Kubernetes object name (an RFC 1123 subdomain: lower-case letters, digits, '-' and '.',
+#: a letter or digit at each end): every name a retirement request carries, and the role
+#: of the retry annotation, which must name any role a request accepts.
+K8S_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+#: A role name's bound (it is also a label value, ``app.kubernetes.io/component``).
+ROLE_NAME_MAX = 63
+
 ENGINE_CONTAINER = "main"
 #: Kueue's Workload: (group, a version every Kueue up to v0.17 serves, plural).  The client
 #: discovers the version the cluster prefers (``kube.client.Kube.workload_api``); the

@@ -6,10 +6,13 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
+from retirement.names import K8S_NAME, ROLE_NAME_MAX
 from retirement.text import is_decimal
 
 TOKEN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-ROLE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+#: A role name exactly as ``RetirementRequest.role`` accepts it (its pattern and bound), so
+#: a role whose retirement runs can be retried ('llama.v2' too).
+ROLE_RE = re.compile(rf"(?=.{{1,{ROLE_NAME_MAX}}}\Z){K8S_NAME}")
 
 
 class RetryDecision(StrEnum):
