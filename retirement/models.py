@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from retirement.budgets import Budgets
 from retirement.drain import DrainProgress
-from retirement.names import K8S_NAME, ROLE_NAME_MAX
+from retirement.names import K8S_NAME as K8S_NAME  # re-exported: kube.deployment reads it here
+from retirement.names import ROLE_NAME_MAX
 from retirement.phases import Outcome, Phase, Verdict
 from retirement.protocol import Progress
 from retirement.retry import validate_token
