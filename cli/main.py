@@ -9,9 +9,10 @@
     retire start  NAMESPACE/DEPLOYMENT --role R --ordinal N   start one by hand
     retire setup                                   register the search attributes
 
-Exit codes: 0 done; 1 refused, not found, or Temporal answered an error; 2 bad arguments
-or bad connection configuration; 3 (watch) the retirement ended without retiring, or
-holds and needs a person; 130 interrupted.  Every failure is one line on stderr.  The
+Exit codes: 0 done; 1 refused, not found, Temporal answered an error (a failed query too),
+or an update got no answer in time; 2 bad arguments or bad connection configuration; 3
+(watch) the retirement ended without retiring, or holds and needs a person; 130
+interrupted.  Every failure is one line on stderr.  The
 connection flags are shared with the worker and the watcher (``connection``): --address,
 --profile, --tls-cert, ... before the command.
 """
@@ -33,7 +34,10 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
@@ -341,6 +345,30 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
     except WorkflowUpdateFailedError as e:
         print(f"retire: refused: {e.cause}", file=sys.stderr)
         return 1
+    # The SDK's own errors of a query (status, watch) or an update (abort, retry): not
+    # RPCErrors, so each is named here or it ends in a traceback.
+    except WorkflowQueryFailedError as e:  # the worker answered: its query handler failed
+        print(
+            f"retire: {args.command}: {wid} failed its state query: {_one_line(e.message)};"
+            " see the worker's log (is a worker of this version running?), then try again",
+            file=sys.stderr,
+        )
+        return 1
+    except WorkflowQueryRejectedError as e:
+        print(
+            f"retire: {args.command}: {wid} refused its state query ({_status(e.status)});"
+            f" read it again with: retire status {ns}/{md}",
+            file=sys.stderr,
+        )
+        return 1
+    except WorkflowUpdateRPCTimeoutOrCancelledError:  # the call's bound, not the update's
+        print(
+            f"retire: {args.command}: {wid} gave no answer in time (is a worker running?);"
+            f" the {args.command} may still apply: check retire status {ns}/{md} before"
+            " sending it again, or send it with --signal",
+            file=sys.stderr,
+        )
+        return 1
     except WorkflowAlreadyStartedError:
         print(f"retire: a retirement of {ns}/{md} is already running ({wid})", file=sys.stderr)
         return 1
@@ -371,6 +399,12 @@ async def _read(handle: WorkflowHandle[Any, RetirementState]) -> RetirementState
 
 def _status(status: WorkflowExecutionStatus | None) -> str:
     return status.name if status is not None else "?"
+
+
+def _one_line(text: str) -> str:
+    """A worker's message (it may carry newlines) as part of the one stderr line."""
+    line = " ".join(text.split())
+    return line if len(line) <= 300 else line[:299] + "…"
 
 
 class NotRetirement(Exception):
