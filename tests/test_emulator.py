@@ -579,9 +579,11 @@ def test_vllm_streaming_spreads_over_the_request(
     assert events[-1] == "[DONE]"
     parsed = [json.loads(e) for e in events[:-1]]
     assert all(p["id"] == "cmpl-s1" for p in parsed)
-    assert parsed[-1]["choices"][0]["finish_reason"] == "length"
-    assert parsed[-1]["usage"]["completion_tokens"] == 4
-    assert len(parsed) == 4
+    # vLLM's completion_stream_generator: the last choice chunk carries the finish reason,
+    # then a chunk with no choices carries the usage (stream_options.include_usage).
+    assert parsed[-2]["choices"][0]["finish_reason"] == "length"
+    assert parsed[-1]["choices"] == [] and parsed[-1]["usage"]["completion_tokens"] == 4
+    assert len(parsed) == 5
     assert arrivals[0] < 0.35 and arrivals[-1] >= 0.35
     assert emu.completed == 1
 

@@ -22,6 +22,9 @@ Modules, one concern each:
 - ``exposition``: per-rank metric state and the Prometheus text format;
 - ``metrics_vllm``, ``metrics_sglang``: each engine's series names and labels;
 - ``traps``: stale gauges, front-end-hidden requests, broken ``/metrics`` answers;
+- ``intake``: what the engines accept on the identity probe's routes (vLLM 0.29.0
+  ``/v1/completions``, SGLang 0.5.21 ``/generate``, the bed's versions) and how they refuse
+  the rest (status codes, error bodies), each rule citing the real engine's source;
 - ``serving``: completions, chat completions, SGLang ``/generate`` and info answers, with
   each engine's own check of the requested model name;
 - ``engine``: :class:`EngineEmulator`, one Pod's engine (lifecycle, accounting, routes);

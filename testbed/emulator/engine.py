@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from testbed.emulator import serving
+from testbed.emulator import intake, serving
 from testbed.emulator.exposition import LATENCY_BUCKETS, Family, Rank
 from testbed.emulator.metrics_sglang import sglang_families
 from testbed.emulator.metrics_vllm import vllm_families
@@ -41,7 +41,6 @@ from testbed.emulator.wire import (
     Cut,
     Handler,
     Server,
-    error_body,
     read_body,
     send_bytes,
     send_json,
@@ -54,6 +53,16 @@ _UNAVAILABLE = {"error": "Server is unavailable. Please try again later."}
 
 _VLLM_OPEN_WHILE_SHUTTING_DOWN = frozenset({"/metrics", "/live"})
 """The routes vLLM keeps answering after SIGTERM (liveness and observability)."""
+
+_GET_ROUTES = frozenset(
+    {"/health", "/health_generate", "/ping", "/metrics", "/v1/models", "/get_model_info"}
+    | {"/get_server_info", "/server_info", "/version"}
+)
+_POST_ROUTES = frozenset({"/v1/completions", "/v1/chat/completions", "/generate"})
+"""The emulated routes by method: another method on one of them is 405, an unknown route
+404 (FastAPI's defaults, :func:`intake.method_not_allowed`, :func:`intake.route_not_found`).
+SGLang's ``/generate`` takes ``PUT`` as well (``@app.api_route("/generate", methods=["POST",
+"PUT"])``, sglang/srt/entrypoints/http_server.py)."""
 
 
 @dataclass
@@ -76,8 +85,10 @@ class EngineEmulator:
     Serves on ``(serve_host, serve_port)`` and on ``("127.0.0.1", metrics_port)``:
     ``/health``, ``/metrics``, ``/v1/models``, ``/get_model_info``, ``/get_server_info``,
     ``/v1/completions``, ``/v1/chat/completions`` and, for SGLang, ``/generate``,
-    ``/health_generate`` and ``/v1/models/{name}``. The OpenAI routes check the requested
-    ``model`` as the real engine does (see :mod:`testbed.emulator.serving`). Thread-safe.
+    ``/health_generate`` and ``/v1/models/{name}``. The probe's routes read and refuse
+    requests as the real engine does (see :mod:`testbed.emulator.intake`); an unknown route
+    is FastAPI's 404 ``{"detail": "Not Found"}``, a known one with another method its 405.
+    Thread-safe.
     """
 
     def __init__(self, spec: PodEngineSpec) -> None:
@@ -124,6 +135,8 @@ class EngineEmulator:
         self._exit: Exit | None = None
         self._terminating = False
         self._sigterm = False
+        # SGLang's ``rid_to_state``: the ids of the requests in flight in this process.
+        self._rids: set[str] = set()
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -153,6 +166,7 @@ class EngineEmulator:
                 self._exit = None
                 self._terminating = False
                 self._sigterm = False
+                self._rids = set()
             self._servers = servers
             self._threads = []
             for srv in servers:
@@ -328,6 +342,21 @@ class EngineEmulator:
     def served_model_names(self) -> tuple[str, ...]:
         """The names the engine serves its model under (``--served-model-name``)."""
         return self.spec.served_model_names
+
+    def claim_rids(self, rids: list[str]) -> str | None:
+        """Hold these request ids as in flight (all or none); the first one already held
+        instead (SGLang refuses an id in flight: ``TokenizerManager._init_req_state``)."""
+        with self._lock:
+            for rid in rids:
+                if rid in self._rids:
+                    return rid
+            self._rids.update(rids)
+            return None
+
+    def release_rids(self, rids: list[str]) -> None:
+        """Let go of request ids held by :meth:`claim_rids`."""
+        with self._lock:
+            self._rids.difference_update(rids)
 
     # -- traps -------------------------------------------------------------------------
 
@@ -602,8 +631,8 @@ class EngineEmulator:
             elif route == "/version":
                 send_json(handler, 200, {"version": "emulated"})
             else:
-                send_json(handler, 404, error_body(f"no route {route}", 404))
-        elif method == "POST":
+                raise self._no_route(route)
+        elif method == "POST" or (method == "PUT" and route == "/generate" and sglang):
             if route == "/v1/completions":
                 serving.completions(self, handler, chat=False)
             elif route == "/v1/chat/completions":
@@ -612,9 +641,22 @@ class EngineEmulator:
                 serving.generate(self, handler)
             else:
                 read_body(handler)
-                send_json(handler, 404, error_body(f"no route {route}", 404))
+                raise self._no_route(route)
         else:
-            send_json(handler, 405, error_body(f"method {method} not allowed", 405))
+            if method != "GET":
+                read_body(handler)
+            raise self._no_route(route)
+
+    def _no_route(self, route: str) -> Exception:
+        """404 for a route this engine does not serve, 405 for one it serves with another
+        method (FastAPI's defaults; see :data:`_POST_ROUTES`)."""
+        sglang = self.engine is EngineKind.SGLANG
+        known = route in _GET_ROUTES or route in _POST_ROUTES
+        if route == "/generate" and not sglang:
+            known = False  # vLLM has no /generate
+        if route.startswith("/v1/models/") and sglang:
+            known = True
+        return intake.method_not_allowed() if known else intake.route_not_found()
 
     def _retrieve_model(self, handler: Handler, name: str) -> None:
         """SGLang's ``GET /v1/models/{name}``: the card, or 404 for a name not served."""

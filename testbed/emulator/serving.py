@@ -7,19 +7,20 @@ generators in the bed cannot tell the difference. Time and accounting are the en
 each handler asks it to admit the request and then spends the request's duration through
 what it hands back, which is where stops and restarts cut a request.
 
-The ``model`` of an OpenAI request is checked as strictly as the real engines check it
-(vLLM 0.2x ``OpenAIServing._check_model``/``_is_model_supported``; SGLang's Python HTTP
-server):
+The routes the identity probe uses (``activities/probes.py``) are read, and refused, as the
+versions the bed declares do: vLLM 0.29.0's ``/v1/completions`` (and its chat route) and
+SGLang 0.5.21's ``/generate``. :mod:`testbed.emulator.intake` has the rules, each citing the
+real source: Content-Type, JSON, field types, the ``model`` check (vLLM: a name that is not
+a served name is refused with 404 ``The model `x` does not exist.``; none, null or empty is
+the first served name, which every response names), token limits, request ids (vLLM:
+``cmpl-`` + the ``X-Request-Id`` header, else the body's ``request_id``; SGLang:
+``meta_info.id`` is ``rid``, ``rid_<i>`` in a batch) and SGLang's refusal of an id already
+in flight.
 
-- vLLM: a missing, null or empty ``model`` is served by the first served model name; any
-  other name that is not one of the served names is refused before the request is admitted,
-  with 404 and ``{"error": {"message": "The model `x` does not exist.", "type":
-  "NotFoundError", "param": "model", "code": 404}}``. The response's ``model`` is always
-  the first served name.
-- SGLang: ``/v1/completions`` and ``/v1/chat/completions`` do not check the name; a
-  missing ``model`` reads as ``"default"`` and the response echoes what was asked.
-  ``GET /v1/models/{name}`` does check: 404 with an ``invalid_request_error`` /
-  ``model_not_found`` body for a name it does not serve. ``/generate`` has no model.
+SGLang's OpenAI routes are not probe routes and are read as before: they do not check the
+name; a missing ``model`` reads as ``"default"`` and the response echoes what was asked.
+``GET /v1/models/{name}`` does check: 404 with an ``invalid_request_error`` /
+``model_not_found`` body for a name it does not serve.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ import secrets
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from testbed.emulator import intake
 from testbed.emulator.fields import int_field, seconds_field
 from testbed.emulator.spec import SGLANG_DEFAULT_MODEL, EngineKind
 from testbed.emulator.wire import (
@@ -84,6 +87,12 @@ class Engine(Protocol):
     ) -> AbstractContextManager[Spend]:
         """Admit a request and count it as running while the block runs."""
 
+    def claim_rids(self, rids: list[str]) -> str | None:
+        """Hold these request ids as in flight; the first one already held instead."""
+
+    def release_rids(self, rids: list[str]) -> None:
+        """Let go of request ids held by :meth:`claim_rids`."""
+
 
 def _count_tokens(value: Any) -> int:
     """A rough token count of a prompt: words of text, or the length of a token list."""
@@ -100,7 +109,9 @@ def _count_tokens(value: Any) -> int:
 
 def _split_text(tokens: int, pieces: int) -> list[str]:
     """``tokens`` emulated words split into ``pieces`` consecutive strings."""
-    words = [" ok"] if tokens <= 1 else [f" w{i}" for i in range(tokens)]
+    if tokens <= 0:
+        return [""] * pieces
+    words = [" ok"] if tokens == 1 else [f" w{i}" for i in range(tokens)]
     out: list[str] = []
     for index in range(pieces):
         lo = len(words) * index // pieces
@@ -128,11 +139,11 @@ def _run_request(
     prompt_tokens: int,
     generation_tokens: int,
     duration: float,
-    partial: Callable[[int], Any],
+    partial: Callable[[int], list[Any]],
 ) -> None:
     """Admit the request and spend its duration; when streaming, open the SSE response
-    and send ``partial(index)`` after every piece but the last (the caller sends the last,
-    after the request has left the engine's accounting)."""
+    and send the events ``partial(index)`` after every piece but the last (the caller sends
+    the last, after the request has left the engine's accounting)."""
     with engine.admitted(
         prompt_tokens=prompt_tokens, generation_tokens=generation_tokens, duration=duration
     ) as spend:
@@ -141,7 +152,8 @@ def _run_request(
 
             def on_piece(index: int) -> None:
                 if index < pieces - 1:
-                    write_event(handler, partial(index))
+                    for event in partial(index):
+                        write_event(handler, event)
 
             spend(pieces, on_piece)
         else:
@@ -231,22 +243,47 @@ def server_info(*, dp_ranks: int, model_path: str, served: tuple[str, ...]) -> d
     }
 
 
-def _response_model(engine: Engine, body: dict[str, Any]) -> str | None:
-    """The ``model`` the response names, or None when the engine refuses the one asked
-    for (vLLM only; see the module docstring)."""
+def _sglang_openai_model(body: dict[str, Any]) -> str:
+    """SGLang's OpenAI routes do not check ``model``; a missing one reads as ``default``."""
     requested = body.get("model")
     if requested is not None and not isinstance(requested, str):
         raise BadRequest("model must be a string")
-    served = engine.served_model_names
-    if engine.engine is EngineKind.VLLM:
-        if requested and requested not in served:
-            return None
-        return served[0]
     return SGLANG_DEFAULT_MODEL if requested is None else requested
 
 
-def completions(engine: Engine, handler: Handler, *, chat: bool) -> None:
-    """OpenAI ``/v1/completions`` and ``/v1/chat/completions``."""
+@dataclass(frozen=True)
+class _OpenAICall:
+    """An accepted OpenAI request, as the answer is built from it."""
+
+    resp_id: str
+    model: str
+    prompt_tokens: list[int]
+    max_tokens: int
+    stream: bool
+    include_usage: bool
+    raw: dict[str, Any]
+    empty_prompt: bool = False
+
+
+def _vllm_openai_call(engine: Engine, handler: Handler, *, chat: bool) -> _OpenAICall:
+    """A vLLM OpenAI request, read and refused as :func:`intake.vllm_call` says."""
+    call = intake.vllm_call(handler, chat=chat, served=engine.served_model_names)
+    counts = [_count_tokens(call.messages)] if chat else [_count_tokens(p) for p in call.prompts]
+    return _OpenAICall(
+        resp_id=call.resp_id,
+        model=call.model,
+        prompt_tokens=counts,
+        max_tokens=DEFAULT_MAX_TOKENS if call.max_tokens is None else call.max_tokens,
+        stream=call.stream,
+        include_usage=call.include_usage,
+        raw=call.raw,
+        empty_prompt=any(isinstance(p, list) and not p for p in call.prompts),
+    )
+
+
+def _sglang_openai_call(handler: Handler, *, chat: bool) -> _OpenAICall:
+    """An OpenAI request to SGLang, read as the emulator always has (not a probe route;
+    see the module docstring)."""
     body = read_json(handler)
     if chat:
         messages = body.get("messages")
@@ -262,134 +299,190 @@ def completions(engine: Engine, handler: Handler, *, chat: bool) -> None:
             raise BadRequest("prompt must be a string or a list")
         prompt_tokens = _count_tokens(prompt)
         max_tokens = int_field(body, "max_tokens", DEFAULT_MAX_TOKENS)
+    model = _sglang_openai_model(body)
+    srid = body.get("rid")
+    options = body.get("stream_options")
     stream = bool(body.get("stream", False))
-    model = _response_model(engine, body)
-    if model is None:
-        send_json(handler, 404, model_not_found(engine.engine, str(body.get("model"))))
-        return
-    header_rid = handler.headers.get("X-Request-Id")
-    body_rid = body.get("request_id")
+    return _OpenAICall(
+        resp_id=srid if isinstance(srid, str) and srid else secrets.token_hex(16),
+        model=model,
+        prompt_tokens=[prompt_tokens],
+        max_tokens=max_tokens,
+        stream=stream,
+        include_usage=stream and isinstance(options, dict) and bool(options.get("include_usage")),
+        raw=body,
+    )
+
+
+def completions(engine: Engine, handler: Handler, *, chat: bool) -> None:
+    """OpenAI ``/v1/completions`` and ``/v1/chat/completions``.
+
+    vLLM reads and refuses the request as vLLM 0.29.0 does (:func:`intake.vllm_call`,
+    where each rule cites its source); the answer has one choice per prompt (a list of
+    strings or of token lists is several prompts: ``OpenAIServingCompletion``), and a
+    stream that asked for usage ends with a usage chunk whose ``choices`` is empty
+    (``completion_stream_generator``). A chat without a token limit is given
+    :data:`DEFAULT_MAX_TOKENS` (vLLM would allow the rest of the context).
+    """
     if engine.engine is EngineKind.VLLM:
-        rid = header_rid or (body_rid if isinstance(body_rid, str) and body_rid else None)
-        prefix = "chatcmpl-" if chat else "cmpl-"
-        resp_id = prefix + (rid or secrets.token_hex(16))
+        call = _vllm_openai_call(engine, handler, chat=chat)
     else:
-        srid = body.get("rid")
-        resp_id = srid if isinstance(srid, str) and srid else secrets.token_hex(16)
-    duration = _duration(engine, body, max_tokens)
+        call = _sglang_openai_call(handler, chat=chat)
+    if call.empty_prompt:
+        refusal = intake.vllm_empty_prompt()
+        if not call.stream:
+            raise refusal
+        start_stream(handler)
+        write_event(handler, refusal.body)
+        end_stream(handler)
+        return
+    max_tokens = call.max_tokens
+    prompt_tokens = sum(call.prompt_tokens)
+    choices_n = len(call.prompt_tokens)
+    duration = _duration(engine, call.raw, max_tokens)
     created = int(time.time())
     obj = "chat.completion" if chat else "text_completion"
     usage = {
         "prompt_tokens": prompt_tokens,
-        "completion_tokens": max_tokens,
-        "total_tokens": prompt_tokens + max_tokens,
+        "completion_tokens": max_tokens * choices_n,
+        "total_tokens": prompt_tokens + max_tokens * choices_n,
     }
-    pieces = max(1, min(max_tokens, 8)) if stream else 1
+    pieces = max(1, min(max_tokens, 8)) if call.stream else 1
     texts = _split_text(max_tokens, pieces)
+    # Why the answer stopped: vLLM's ``stop_reason``, SGLang's ``matched_stop`` (None here).
+    stop_key = "stop_reason" if engine.engine is EngineKind.VLLM else "matched_stop"
 
-    def choice(text: str, final: bool, delta: bool) -> dict[str, Any]:
+    def choice(index: int, text: str, final: bool, delta: bool) -> dict[str, Any]:
         reason = "length" if final else None
         if chat:
             key = "delta" if delta else "message"
             return {
-                "index": 0,
+                "index": index,
                 key: {"role": "assistant", "content": text},
                 "logprobs": None,
                 "finish_reason": reason,
+                stop_key: None,
             }
-        return {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+        return {
+            "index": index,
+            "text": text,
+            "logprobs": None,
+            "finish_reason": reason,
+            stop_key: None,
+        }
 
     def chunk(payload: dict[str, Any]) -> dict[str, Any]:
         return {
-            "id": resp_id,
+            "id": call.resp_id,
             "object": obj + (".chunk" if chat else ""),
             "created": created,
-            "model": model,
+            "model": call.model,
             **payload,
         }
+
+    def partial(piece: int) -> list[dict[str, Any]]:
+        return [
+            chunk({"choices": [choice(i, texts[piece], final=False, delta=True)]})
+            for i in range(choices_n)
+        ]
 
     _run_request(
         engine,
         handler,
-        stream=stream,
+        stream=call.stream,
         pieces=pieces,
         prompt_tokens=prompt_tokens,
-        generation_tokens=max_tokens,
+        generation_tokens=max_tokens * choices_n,
         duration=duration,
-        partial=lambda index: chunk({"choices": [choice(texts[index], final=False, delta=True)]}),
+        partial=partial,
     )
-    if not stream:
+    if not call.stream:
         send_json(
             handler,
             200,
             {
-                "id": resp_id,
+                "id": call.resp_id,
                 "object": obj,
                 "created": created,
-                "model": model,
-                "choices": [choice("".join(texts), final=True, delta=False)],
+                "model": call.model,
+                "choices": [
+                    choice(i, "".join(texts), final=True, delta=False) for i in range(choices_n)
+                ],
                 "usage": usage,
             },
         )
         return
-    last: dict[str, Any] = {"choices": [choice(texts[-1], final=True, delta=True)]}
-    options = body.get("stream_options")
-    if isinstance(options, dict) and options.get("include_usage"):
-        last["usage"] = usage
-    write_event(handler, chunk(last))
+    for i in range(choices_n):
+        write_event(handler, chunk({"choices": [choice(i, texts[-1], final=True, delta=True)]}))
+    if call.include_usage:
+        write_event(handler, chunk({"choices": [], "usage": usage}))
     end_stream(handler)
 
 
 def generate(engine: Engine, handler: Handler) -> None:
-    """SGLang native ``/generate``."""
-    body = read_json(handler)
-    if "text" in body:
-        text = body["text"]
-        if not isinstance(text, str):
-            raise BadRequest("text must be a string (batches are not emulated)")
-        prompt_tokens = _count_tokens(text)
-    elif isinstance(body.get("input_ids"), list):
-        prompt_tokens = _count_tokens(body["input_ids"])
-    else:
-        raise BadRequest("text or input_ids is required")
-    params = body.get("sampling_params") or {}
-    if not isinstance(params, dict):
-        raise BadRequest("sampling_params must be an object")
-    max_new = int_field(params, "max_new_tokens", DEFAULT_MAX_TOKENS)
-    srid = body.get("rid")
-    rid = srid if isinstance(srid, str) and srid else secrets.token_hex(16)
-    stream = bool(body.get("stream", False))
-    duration = _duration(engine, body, max_new)
-    pieces = max(1, min(max_new, 8)) if stream else 1
-    texts = _split_text(max_new, pieces)
+    """SGLang native ``/generate``: read and refused as SGLang 0.5.21 does
+    (:func:`intake.sglang_generate`, where each rule cites its source). A single request is
+    answered with one object, a batch with a list (streamed: one event per item and piece,
+    each with its ``index``, as ``TokenizerManager._stream_batch_responses`` does). A
+    request without a token limit (``max_new_tokens: null``) runs to the context length."""
+    call = intake.sglang_generate(handler, claim=engine.claim_rids, release=engine.release_rids)
+    rids = [item.rid for item in call.items]
+    try:
+        _generate(engine, handler, call)
+    finally:
+        engine.release_rids(rids)
+
+
+def _generate(engine: Engine, handler: Handler, call: intake.SglangGenerate) -> None:
+    """Answer an accepted ``/generate`` (see :func:`generate`)."""
+    prompt_tokens = [_count_tokens(item.prompt) for item in call.items]
+    budgets = [
+        item.max_new_tokens if item.max_new_tokens is not None else max(0, MAX_MODEL_LEN - tokens)
+        for item, tokens in zip(call.items, prompt_tokens, strict=True)
+    ]
+    longest = max(budgets, default=0)
+    duration = _duration(engine, call.raw, longest)
+    pieces = max(1, min(longest, 8)) if call.stream else 1
     started = time.monotonic()
 
-    def result(upto: int, final: bool) -> dict[str, Any]:
-        done = max_new if final else max(1, max_new * upto // pieces)
-        return {
+    def result(index: int, upto: int, final: bool) -> dict[str, Any]:
+        max_new = budgets[index]
+        texts = _split_text(max_new, pieces)
+        done = max_new if final else max(1, max_new * upto // pieces) if max_new else 0
+        out: dict[str, Any] = {
             "text": "".join(texts[:upto]),
             "meta_info": {
-                "id": rid,
+                "id": call.items[index].rid,
                 "finish_reason": {"type": "length", "length": max_new} if final else None,
-                "prompt_tokens": prompt_tokens,
+                "prompt_tokens": prompt_tokens[index],
                 "completion_tokens": done,
                 "cached_tokens": 0,
                 "e2e_latency": time.monotonic() - started,
             },
         }
+        if call.stream and not call.single:
+            out["index"] = index
+        return out
+
+    def partial(piece: int) -> list[dict[str, Any]]:
+        return [result(i, piece + 1, final=False) for i in range(len(call.items))]
 
     _run_request(
         engine,
         handler,
-        stream=stream,
+        stream=call.stream,
         pieces=pieces,
-        prompt_tokens=prompt_tokens,
-        generation_tokens=max_new,
+        prompt_tokens=sum(prompt_tokens),
+        generation_tokens=sum(budgets),
         duration=duration,
-        partial=lambda index: result(index + 1, final=False),
+        partial=partial,
     )
-    if stream:
-        write_event(handler, result(pieces, final=True))
+    finals = [result(i, pieces, final=True) for i in range(len(call.items))]
+    if call.stream:
+        for final in finals:
+            write_event(handler, final)
         end_stream(handler)
+    elif call.single:
+        send_json(handler, 200, finals[0])
     else:
-        send_json(handler, 200, result(pieces, final=True))
+        send_json(handler, 200, finals)

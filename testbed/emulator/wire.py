@@ -22,6 +22,7 @@ __all__ = [
     "BadRequest",
     "Cut",
     "Handler",
+    "Refused",
     "Server",
     "end_stream",
     "error_body",
@@ -42,7 +43,21 @@ class Cut(Exception):
 
 
 class BadRequest(Exception):
-    """The client sent something the emulated API rejects (HTTP 400)."""
+    """The client sent something the emulated API rejects (HTTP 400, the emulator's own
+    flat error shape: the hub's control API and the emulator-only fields)."""
+
+
+class Refused(Exception):
+    """The emulated engine answers with an error of its own: ``status`` and ``body`` as
+    the real engine sends them (``body`` is JSON, or plain text when it is a ``str``).
+
+    :mod:`testbed.emulator.intake` raises it, citing the real source of each answer.
+    """
+
+    def __init__(self, status: int, body: Any) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.body = body
 
 
 class App(Protocol):
@@ -136,6 +151,11 @@ class Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
         except BadRequest as exc:
             send_json(self, 400, error_body(str(exc), 400))
+        except Refused as exc:
+            if isinstance(exc.body, str):
+                send_bytes(self, exc.status, exc.body.encode(), "text/plain; charset=utf-8")
+            else:
+                send_json(self, exc.status, exc.body)
         except OSError:
             self.close_connection = True
 

@@ -1,19 +1,26 @@
 """The identity probe (``activities.probes.identity_probe``) against engines that answer as
 the real ones do: offline through ``httpx.MockTransport``, and on loopback against the
-engine emulator, which refuses a model name it does not serve as vLLM does.
+engine emulator, which answers and refuses the probe's routes as the bed's versions do
+(vLLM 0.29.0, SGLang 0.5.21; ``testbed/emulator/intake.py`` cites the source of each rule).
 
-The real behaviour the fakes follow (vLLM 0.2x ``vllm/entrypoints/openai``):
-``OpenAIServing._check_model`` answers 404 ``{"error": {"message": "The model `x` does not
-exist.", "type": "NotFoundError", "param": "model", "code": 404}}`` for a ``model`` that is
-not a served name, and accepts a request without ``model`` (``_is_model_supported``: an
-empty name is the first served model). The completion's ``id`` is ``cmpl-`` + the
-``X-Request-Id`` header, else the body's ``request_id``.
+The real behaviour the fakes follow (vLLM 0.29.0, and 0.25.1 alike, read in the released
+wheels): ``BaseServing._check_model`` (vllm/entrypoints/serve/engine/serving.py) answers
+404 ``{"error": {"message": "The model `x` does not exist.", "type": "NotFoundError",
+"param": "model", "code": 404}}`` for a ``model`` that is not a served name, and accepts a
+request without ``model`` (``_is_model_supported``: an empty name is the first served
+model). The completion's ``id`` (``OpenAIServingCompletion._create_completion``) is
+``cmpl-`` + ``_base_request_id``: the ``X-Request-Id`` header whenever present, else the
+body's ``request_id``. SGLang's ``/generate`` answers ``meta_info.id`` = ``rid``
+(``TokenizerManager._handle_batch_output``).
 """
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -21,6 +28,7 @@ import pytest
 from activities.probes import identity_probe
 from retirement.models import IntentKind, MemberTarget, Target
 from testbed.emulator import EngineEmulator, EngineKind
+from tests.helpers import eventually
 from tests.helpers.emulators import emulators
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -232,3 +240,193 @@ def test_probe_is_verified_by_the_strict_emulator(
     sglang = emulator(EngineKind.SGLANG, served_model_names=("other",))
     assert identity_probe(target("SGLang"), member(ip=LOOPBACK, port=sglang.serve_port)) == ""
     assert sglang.completed == 1
+
+
+# ---------------------------------------------------------------- each refusal, read by the probe
+
+
+Change = Callable[[dict[str, Any], dict[str, str]], bytes | None]
+
+
+class Tamper(httpx.BaseTransport):
+    """Forwards the probe's request to the emulator over loopback after ``change`` edits its
+    JSON body and headers in place (returning bytes replaces the body whole): the probe
+    then reads the emulator's real answer to a request the real engine refuses."""
+
+    def __init__(self, change: Change) -> None:
+        self.change = change
+        self.inner = httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.read())
+        headers = {k: v for k, v in request.headers.items() if k != "content-length"}
+        replaced = self.change(body, headers)
+        content = json.dumps(body).encode() if replaced is None else replaced
+        sent = httpx.Request(request.method, request.url, headers=headers, content=content)
+        return self.inner.handle_request(sent)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def probe_through(emu: EngineEmulator, change: Change) -> str:
+    """The product's probe of ``emu`` (the bed's engine version), through :class:`Tamper`."""
+    engine, version = ("vLLM", "0.29.0") if emu.engine is EngineKind.VLLM else ("SGLang", "0.5.21")
+    with Tamper(change) as transport:
+        return identity_probe(
+            target(engine, version), member(ip=LOOPBACK, port=emu.serve_port), transport=transport
+        )
+
+
+def _set(key: str, value: Any) -> Change:
+    def change(body: dict[str, Any], headers: dict[str, str]) -> None:
+        body[key] = value
+
+    return change
+
+
+def _drop(key: str, *header: str) -> Change:
+    def change(body: dict[str, Any], headers: dict[str, str]) -> None:
+        body.pop(key, None)
+        for name in header:
+            headers.pop(name, None)
+
+    return change
+
+
+def _content_type(value: str | None) -> Change:
+    def change(body: dict[str, Any], headers: dict[str, str]) -> None:
+        headers.pop("content-type", None)
+        if value is not None:
+            headers["content-type"] = value
+
+    return change
+
+
+def _no_header_other_body_id(body: dict[str, Any], headers: dict[str, str]) -> None:
+    headers.pop("x-request-id", None)
+    body["request_id"] = "someone-else"
+
+
+def _empty_header(body: dict[str, Any], headers: dict[str, str]) -> None:
+    headers["x-request-id"] = ""
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda b, h: None, ""),
+        (
+            _set("model", "probe"),
+            "identity probe refused: HTTP 404: The model `probe` does not exist.",
+        ),
+        (
+            _set("max_tokens", 0),
+            "identity probe refused: HTTP 400: max_tokens must be at least 1, got 0. "
+            "(parameter=max_tokens, value=0)",
+        ),
+        (
+            _drop("prompt"),
+            "identity probe refused: HTTP 400: Either prompt or prompt_embeds must be "
+            "provided and non-empty. (parameter=prompt)",
+        ),
+        (
+            _set("request_id", None),
+            "identity probe refused: HTTP 400: 1 validation error:?  {'type': 'string_type', "
+            "'loc': ('body', 'request_id'), 'msg': 'Input should be a valid string', 'i",
+        ),
+        (
+            _content_type("text/plain"),
+            "identity probe refused: HTTP 400: 1 validation error:?  Unsupported Media Type: "
+            "Only 'application/json' is allowed",
+        ),
+        (
+            _content_type(None),
+            "identity probe refused: HTTP 400: 1 validation error:?  Unsupported Media Type: "
+            "Only 'application/json' is allowed",
+        ),
+        (_no_header_other_body_id, "identity probe echo mismatch"),
+        (_empty_header, "identity probe echo mismatch"),
+    ],
+    ids=[
+        "as-sent",
+        "unserved-model",
+        "zero-tokens",
+        "no-prompt",
+        "null-request-id",
+        "text-plain",
+        "no-content-type",
+        "other-body-id",
+        "empty-header",
+    ],
+)
+def test_vllm_probe_reads_unknown_on_each_refusal(
+    emulator: Callable[..., EngineEmulator], change: Change, reason: str
+) -> None:
+    """The product's vLLM probe, its request edited on the way: VERIFIED as sent, UNKNOWN
+    (with the engine's reason) for each request vLLM 0.29.0 refuses or answers with another
+    id. ``no-content-type`` and ``empty-header`` read VERIFIED against the old emulator."""
+    emu = emulator(EngineKind.VLLM, request_seconds=0.3)
+    assert probe_through(emu, change) == reason
+    assert emu.completed == (1 if reason in ("", "identity probe echo mismatch") else 0)
+
+
+def _batch(body: dict[str, Any], headers: dict[str, str]) -> None:
+    body["text"] = [body["text"]]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda b, h: None, ""),
+        (_set("rid", 12345), "identity probe failed: HTTPStatusError"),
+        (_drop("text"), "identity probe failed: HTTPStatusError"),
+        (_set("sampling_params", {"max_new_tokens": -1}), "identity probe failed: HTTPStatusError"),
+        (_set("sampling_params", {"max_tokens": 1}), "identity probe failed: HTTPStatusError"),
+        (_content_type(None), "identity probe failed: HTTPStatusError"),
+        (lambda b, h: b"{not json", "identity probe failed: HTTPStatusError"),
+        (_batch, "identity probe failed: AttributeError"),
+        (_set("rid", "someone-else"), "identity probe echo mismatch"),
+    ],
+    ids=[
+        "as-sent",
+        "rid-a-number",
+        "no-text",
+        "negative-budget",
+        "unknown-sampling-key",
+        "no-content-type",
+        "bad-json",
+        "batch",
+        "other-rid",
+    ],
+)
+def test_sglang_probe_reads_unknown_on_each_refusal(
+    emulator: Callable[..., EngineEmulator], change: Change, reason: str
+) -> None:
+    """The product's SGLang probe, its request edited on the way. ``rid-a-number`` read
+    ``echo mismatch`` (a 200) and ``unknown-sampling-key``/``no-content-type`` VERIFIED
+    against the old emulator; a real SGLang refuses all three."""
+    emu = emulator(EngineKind.SGLANG, request_seconds=0.3)
+    assert probe_through(emu, change) == reason
+
+
+def test_sglang_probe_reads_unknown_when_its_rid_is_already_in_flight(
+    emulator: Callable[..., EngineEmulator],
+) -> None:
+    """SGLang refuses an id in flight; the probe (fresh id each time) is never refused so,
+    but a probe that reused one would read UNKNOWN, not VERIFIED."""
+    emu = emulator(EngineKind.SGLANG, request_seconds=0.3)
+    url = f"http://{LOOPBACK}:{emu.serve_port}/generate"
+    held = {"text": "x", "rid": "held", "sampling_params": {"max_new_tokens": 4}}
+
+    def long_request() -> None:
+        with httpx.Client(trust_env=False, timeout=5.0) as c:
+            c.post(url, json={**held, "emulate_seconds": 1.0})
+
+    thread = threading.Thread(target=long_request, daemon=True)
+    thread.start()
+    assert eventually(lambda: emu.in_flight == 1, timeout=3.0, interval=0.01)
+    started = time.monotonic()
+    assert probe_through(emu, _set("rid", "held")) == "identity probe failed: HTTPStatusError"
+    assert time.monotonic() - started < 1.0
+    thread.join(5.0)
