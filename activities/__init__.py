@@ -22,7 +22,8 @@ from activities import labels as _labels
 from activities import publish as _publish
 from activities import withdrawal as _withdrawal
 from activities.errors import application_errors
-from activities.polling import poll_until, seconds_left
+from activities.fencing import held
+from activities.polling import poll_until
 from activities.routers import TIMEOUT_S as ROUTER_TIMEOUT_S
 from kube.api import KubeApi
 from kube.client import Kube
@@ -36,6 +37,11 @@ from retirement.models import (
     RestoreResult,
 )
 from retirement.phases import Verdict
+
+#: Errors the delete retries although they are final elsewhere: past the point of no return
+#: the deletes must finish, and RBAC without ``pods delete`` is mended by a person (the
+#: attempt's failure says so in the UI meanwhile).
+FORBIDDEN_RETRIED = frozenset({"Forbidden"})
 
 # ``Kube`` stays importable from here for the bed tests, the demo and the benchmark.
 __all__ = ["Kube", "RetirementActivities"]
@@ -60,31 +66,37 @@ class RetirementActivities:
     @activity.defn(name="disqualify")
     def disqualify(self, inp: PhaseInput) -> Observation:
         """Remove the eligibility label from the admitted members."""
-        with application_errors():
+        with application_errors(), held():
             return _labels.disqualify(self._kube, inp.target)
 
     @activity.defn(name="withdraw")
     def withdraw(self, inp: PhaseInput) -> Observation:
         """Poll Services and routers until the target is withdrawn."""
-        with application_errors():
+        with application_errors(), held():
             return _withdrawal.withdraw(self._kube, inp, transport=self._router_transport)
 
     @activity.defn(name="drain")
     def drain(self, inp: PhaseInput) -> Observation:
         """Poll the measured members until drained."""
-        with application_errors():
+        with application_errors(), held():
             return _drain.drain(self._kube, inp)
 
     @activity.defn(name="delete")
     def delete(self, inp: PhaseInput) -> DeleteResult:
-        """Delete the admitted Pods (UID preconditions) and the Workload if it is theirs."""
-        with application_errors():
-            return _deletion.delete(self._kube, inp.target)
+        """Confirm everything once more, then delete the admitted Pods (UID preconditions)
+        and the Workload if it is theirs; or refuse, touching nothing."""
+        with application_errors(retryable=FORBIDDEN_RETRIED), held():
+            return _deletion.delete(
+                self._kube,
+                inp,
+                retried=activity.info().attempt > 1,
+                transport=self._router_transport,
+            )
 
     @activity.defn(name="settle")
     def settle(self, inp: PhaseInput) -> Observation:
         """Poll until the Pods are gone and the capacity released."""
-        with application_errors():
+        with application_errors(), held():
             return _deletion.settle(self._kube, inp)
 
     @activity.defn(name="restore")
@@ -95,31 +107,34 @@ class RetirementActivities:
         asked: dict[str, tuple[float, str]] = {}
         since: dict[str, float] = {}
 
-        if seconds_left(inp.deadline) > 0:
-            with (
-                application_errors(),
-                httpx.Client(
-                    trust_env=False, timeout=ROUTER_TIMEOUT_S, transport=self._router_transport
-                ) as http,
-            ):
+        # Always at least one whole pass, however late the attempt starts (past its
+        # deadline: one pass, then it ends): a late attempt that did nothing would read as
+        # every member back.  What it could not confirm is reported held.
+        with (
+            application_errors(),
+            held(),
+            httpx.Client(
+                trust_env=False, timeout=ROUTER_TIMEOUT_S, transport=self._router_transport
+            ) as http,
+        ):
 
-                def once() -> Observation:
-                    state[0] = _labels.restore_once(
-                        self._kube,
-                        inp.target,
-                        state[0],
-                        http=http,
-                        removals=inp.router_removals,
-                        asked=asked,
-                        since=since,
-                    )
-                    held = state[0].held
-                    return Observation(
-                        verdict=Verdict.UNKNOWN if held else Verdict.VERIFIED,
-                        reason="; ".join(f"{k}: {v}" for k, v in held.items()),
-                    )
+            def once() -> Observation:
+                state[0] = _labels.restore_once(
+                    self._kube,
+                    inp.target,
+                    state[0],
+                    http=http,
+                    removals=inp.router_removals,
+                    asked=asked,
+                    since=since,
+                )
+                waiting = state[0].held
+                return Observation(
+                    verdict=Verdict.UNKNOWN if waiting else Verdict.VERIFIED,
+                    reason="; ".join(f"{k}: {v}" for k, v in waiting.items()),
+                )
 
-                poll_until(deadline=inp.deadline, interval=inp.poll_interval_s, once=once)
+            poll_until(deadline=inp.deadline, interval=inp.poll_interval_s, once=once)
         return state[0]
 
     @activity.defn(name="publish")

@@ -179,6 +179,7 @@ def _bind(api: KubeApi, inp: AdmitInput) -> Target:
         workload_uid=workload_uid,
         observed_generation=md.observed_generation or md.generation or 0,
         deployment_uid=md.uid,
+        size=size,
     )
 
 

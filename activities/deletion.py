@@ -1,9 +1,21 @@
 """Delete and settle: each admitted Pod with a UID precondition (a 409 means replaced: the
 replacement is never touched), the Workload only if it owns no other Pod; then observe
-the Pods gone and the capacity released."""
+the Pods gone and the capacity released.
+
+The delete is guarded: immediately before its first delete it confirms everything once
+more (``activities.guard``) and refuses, touching nothing, when it cannot.  Once a delete
+may have been sent (a retried attempt, or a second activity the workflow ran after the
+first could not start in time) and a member is already gone or terminating, the deletion
+has begun: the remaining deletes finish (SPEC section 4), without the guard.  Every
+delete call is fenced to the attempt that owns it (``activities.fencing``).
+"""
 
 from __future__ import annotations
 
+import httpx
+
+from activities import guard
+from activities.fencing import fence
 from activities.polling import poll_until
 from kube.api import KubeApi
 from kube.errors import Conflict, KubeError, NotFound
@@ -13,17 +25,31 @@ from retirement.models import DeleteResult, Observation, PhaseInput, Target
 from retirement.phases import Verdict
 
 
-def delete(api: KubeApi, target: Target) -> DeleteResult:
-    """Delete the admitted Pods (idempotent: a Pod already gone is recorded as such).
+def delete(
+    api: KubeApi,
+    inp: PhaseInput,
+    *,
+    retried: bool = False,
+    transport: httpx.BaseTransport | None = None,
+) -> DeleteResult:
+    """Delete the admitted Pods (idempotent: a Pod already gone is recorded as such), after
+    the last guard, unless the deletion has begun (``retried``: this is not the activity's
+    first attempt).
 
     After the point of no return every admitted Pod's delete is attempted, whatever an
     earlier one answered: a Kubernetes error on one member (a 400/422 the server refuses,
     a 403, a 503) is collected and the rest go on.  Then, if any failed, the activity fails
     with every failure named (retryable when any of them is: the retry is idempotent) and
     the Workload is left for that retry: a member Pod of it may still be there."""
+    target = inp.target
+    if not ((retried or inp.delete_may_have_begun) and _begun(api, target)):
+        refused = guard.refusal(api, inp, transport=transport)
+        if refused is not None:
+            return DeleteResult(refused=refused)
     result = DeleteResult()
     failures: list[tuple[str, KubeError]] = []
     for m in target.members:
+        fence(f"deleting {m.pod}")
         try:
             done = delete_member(api, namespace=target.namespace, name=m.pod, uid=m.uid)
         except KubeError as e:
@@ -39,6 +65,16 @@ def delete(api: KubeApi, target: Target) -> DeleteResult:
         raise _collected(failures, result, total=len(target.members))
     result.workload = _delete_workload(api, target)
     return result
+
+
+def _begun(api: KubeApi, target: Target) -> bool:
+    """Whether a member is already gone, replaced or terminating: after a delete may have
+    been sent, that is the deletion begun."""
+    for m in target.members:
+        pod = read_member(api, namespace=target.namespace, name=m.pod, uid=m.uid)
+        if isinstance(pod, MemberGone) or pod.terminating:
+            return True
+    return False
 
 
 def _collected(
@@ -78,6 +114,7 @@ def _delete_workload(api: KubeApi, target: Target) -> str:
         return "none" if not target.workload_name else "gone"
     if _owns_other_pods(w, target):
         return "kept (owns other Pods)"
+    fence(f"deleting Workload {w.name}")
     try:
         api.delete_workload(namespace=target.namespace, name=w.name, uid=target.workload_uid or "")
     except (NotFound, Conflict):

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 
 import httpx
 
+from activities.fencing import heartbeat
 from activities.metrics import count_exec_read
 from activities.oneshot import EXEC_TIMEOUT_S, command, valid_path, valid_port, valid_scheme
 from activities.polling import poll_until, resumed, seconds_left
@@ -210,8 +211,10 @@ def drain(api: KubeApi, inp: PhaseInput) -> Observation:
     with httpx.Client(trust_env=False, timeout=RECHECK_HTTP_TIMEOUT_S) as http:
 
         def once() -> Observation:
+            read_at = datetime.now(UTC)  # the round's reads are no older than this
             samples: dict[str, Sample] = {}
             for m in members:
+                heartbeat()  # one read may take its exec slot wait and exec bound
                 try:
                     samples[m.pod] = sample_member(api, target, m)
                 except Replaced as e:
@@ -231,7 +234,12 @@ def drain(api: KubeApi, inp: PhaseInput) -> Observation:
                 at=datetime.now(UTC),
             )
             progress[0] = new
-            return Observation(verdict=verdict, reason=reason, readings=readings)
+            return Observation(
+                verdict=verdict,
+                reason=reason,
+                readings=readings,
+                evidence_at=read_at if verdict is Verdict.VERIFIED else None,
+            )
 
         return poll_until(
             deadline=inp.deadline,

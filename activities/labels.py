@@ -12,10 +12,8 @@ from functools import partial
 from urllib.parse import urlsplit
 
 import httpx
-from temporalio import activity
-from temporalio.exceptions import CancelledError
 
-from activities.polling import cancel_seen
+from activities.fencing import fence, heartbeat
 from activities.probes import identity_probe, probes_supported
 from activities.routers import (
     TIMEOUT_S,
@@ -30,9 +28,9 @@ from activities.withdrawal import router_kind, router_pods, services_missing
 from kube.api import KubeApi
 from kube.members import ELIGIBLE_VALUE, LabelChange, MemberGone, read_member, set_eligibility
 from kube.objects import Pod, pod_ready
-from retirement.eligibility import label_refusal
-from retirement.models import IntentKind, MemberTarget, Observation, RestoreResult, Target
-from retirement.names import LABEL_ELIGIBLE
+from retirement.eligibility import in_group, label_refusal
+from retirement.models import MemberTarget, Observation, RestoreResult, Target
+from retirement.names import LABEL_ELIGIBLE, LABEL_MEMBER_INDEX
 from retirement.phases import Verdict
 from retirement.shape import GROUP_SHAPES
 
@@ -60,8 +58,7 @@ def _take_label_off(api: KubeApi, target: Target, m: MemberTarget) -> Observatio
             return "label already absent"
         if attempt == LABEL_ATTEMPTS:
             break
-        if cancel_seen():
-            raise CancelledError("cancelled before removing the label")
+        fence(f"removing the label of {m.pod}")
         change = set_eligibility(
             api, namespace=target.namespace, name=m.pod, uid=m.uid, current=current, eligible=False
         )
@@ -117,6 +114,8 @@ class _Routers:
         self._views: dict[str, RouterView] = {}
         self._own: httpx.Client | None = None
         self.adds: list[str] = []
+        #: A selection counted only after lasting ``confirm_s`` (``RestoreResult.timed``).
+        self.timed = False
 
     def close(self) -> None:
         if self._own is not None:
@@ -131,12 +130,12 @@ class _Routers:
 
     def pods(self) -> list[Pod]:
         if self._pods is None:
-            self._pods = router_pods(self._api, self._target)
+            self._pods = router_pods(self._api, self._target, leaving=False)
         return self._pods
 
     def _view(self, pod: Pod, obs: RouterObserver, base: str) -> RouterView:
         if pod.uid not in self._views:
-            _beat()
+            heartbeat()  # before each router call: each may take its whole timeout
             self._views[pod.uid] = obs.view(self._client(), base)
         return self._views[pod.uid]
 
@@ -195,6 +194,8 @@ class _Routers:
                         f"router {pod.name} selects it again; confirming for {left:.0f} s "
                         "more (a removal it started earlier may still be pending)"
                     )
+                elif view.confirm_s > 0:
+                    self.timed = True
                 continue
             self._since.pop(seen, None)
             if not obs.active:  # llm-d: nothing to ask, it picks the member up by itself
@@ -215,19 +216,12 @@ class _Routers:
             if refused:
                 reasons.append(refused)
                 continue
-            _beat()
+            fence(f"asking router {pod.name} to add {url}")
             answer = obs.add(self._client(), base, url)
             self._asked[key] = (time.monotonic(), answer)
             self.adds.append(f"{pod.name}|{url}")
             reasons.append(f"router {pod.name} does not select {url} yet (asked to add: {answer})")
         return reasons
-
-
-def _beat() -> None:
-    """Heartbeat before each router call (each may take its whole timeout), so a pass over
-    several routers never outlasts the heartbeat timeout."""
-    if activity.in_activity():
-        activity.heartbeat()
 
 
 def _probe(target: Target, m: MemberTarget) -> str:
@@ -260,20 +254,17 @@ def restore_once(
     answered; ``since``: since when each router selects each member again; both kept
     across passes)."""
     done = set(result.restored) | set(result.failed)
-    # A group is the replica's shape, not the number of members this retirement bound: a
-    # surplus shed may bind one member of a multi-member group.
-    group = len(target.members) > 1 or target.shape in GROUP_SHAPES
+    restorable = set(target.restorable())
     restored, held, failed = list(result.restored), dict(result.held), dict(result.failed)
     routers = _Routers(
         api, target, http, removals, {} if asked is None else asked, {} if since is None else since
     )
     try:
         for m in target.members:
-            # A surplus member goes back only if it had the label at admission: the restore
-            # never adds to routing a member nothing routed to (nor does the watcher).
-            answers = m.measured and target.intent is not IntentKind.SURPLUS_SHED
-            if m.pod in done or not (m.eligible_at_admission or answers):
+            if m.pod in done or m.pod not in restorable:
                 continue
+            heartbeat()
+            group = is_group_member(target, m)
             pod = read_member(api, namespace=target.namespace, name=m.pod, uid=m.uid)
             if isinstance(pod, MemberGone):
                 failed[m.pod] = "gone or replaced: not the admitted UID"
@@ -294,6 +285,7 @@ def restore_once(
                 continue
             if current != ELIGIBLE_VALUE:
                 probed[0] = group
+                fence(f"putting the label back on {m.pod}")
                 change = set_eligibility(
                     api,
                     namespace=target.namespace,
@@ -310,7 +302,9 @@ def restore_once(
                     held.pop(m.pod, None)
                     continue
 
-            def may_add(m: MemberTarget = m, probed: list[bool] = probed) -> str:
+            def may_add(
+                m: MemberTarget = m, probed: list[bool] = probed, group: bool = group
+            ) -> str:
                 if not group or probed[0]:
                     return ""
                 why = _probe(target, m)
@@ -334,4 +328,14 @@ def restore_once(
         held=held,
         failed=failed,
         router_adds=[*result.router_adds, *routers.adds],
+        timed=result.timed or routers.timed,
     )
+
+
+def is_group_member(target: Target, m: MemberTarget) -> bool:
+    """Whether ``m`` belongs to a multi-member group (``retirement.eligibility.in_group``:
+    the replica's declared size, or the member-index label).  A target admitted before its
+    size was recorded falls back to the number of members and the shape."""
+    if target.size is None and (len(target.members) > 1 or target.shape in GROUP_SHAPES):
+        return True
+    return in_group(size=target.size, member_index=m.labels.get(LABEL_MEMBER_INDEX))

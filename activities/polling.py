@@ -31,6 +31,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import CancelledError
 
+from activities.fencing import heartbeat
 from retirement.models import Observation
 from retirement.phases import Verdict
 
@@ -53,7 +54,7 @@ def poll_until(
     last observation (the drain spaces its reads adaptively).  Cancellation raises."""
     polls = 0
     slots = poll_slots()
-    held = slots.acquire(timeout=FIRST_SLOT_WAIT_S)
+    held = _first_slot(slots)
     while True:
         polls += 1
         began = time.monotonic()
@@ -63,7 +64,7 @@ def poll_until(
             if held:
                 slots.release()
         took = time.monotonic() - began
-        activity.heartbeat(details(obs))
+        heartbeat(details(obs))
         if obs.verdict is not Verdict.UNKNOWN:
             return obs
         left = seconds_left(deadline)
@@ -104,6 +105,22 @@ def limit_polls(size: int) -> None:
     _poll_slots[0] = threading.BoundedSemaphore(size)
 
 
+def _first_slot(slots: threading.BoundedSemaphore) -> bool:
+    """Wait up to ``FIRST_SLOT_WAIT_S`` for the first poll's slot, heartbeating meanwhile
+    (a bare heartbeat: the details an earlier attempt left are kept, not wiped).  True
+    once one is held.  Cancellation raises."""
+    end = time.monotonic() + FIRST_SLOT_WAIT_S
+    while True:
+        left = end - time.monotonic()
+        if slots.acquire(timeout=max(0.0, min(left, HEARTBEAT_EVERY_S))):
+            return True
+        if activity.in_activity() and activity.is_cancelled():
+            raise CancelledError("cancelled while waiting for a poll slot")
+        if left <= HEARTBEAT_EVERY_S:
+            return False
+        heartbeat()
+
+
 def take_slot(slots: threading.BoundedSemaphore, deadline: datetime, details: Any) -> bool:
     """Wait for a poll slot, heartbeating ``details`` (so a cancel reaches the activity and
     the heartbeat timeout is not tripped); True once one is held, False at the deadline
@@ -115,7 +132,7 @@ def take_slot(slots: threading.BoundedSemaphore, deadline: datetime, details: An
             raise CancelledError("cancelled while waiting for a poll slot")
         if seconds_left(deadline) <= 0:
             return False
-        activity.heartbeat(details)
+        heartbeat(details)
 
 
 #: The largest share of a polling activity's time spent polling: after a poll that took
@@ -171,18 +188,7 @@ def wait_heartbeating(seconds: float, details: Any) -> None:
             raise CancelledError("cancelled while polling")
         if left <= 0:
             return
-        activity.heartbeat(details)
-
-
-def cancel_seen() -> bool:
-    """Heartbeat (so a cancel can reach a running activity) and say whether one has; False
-    outside an activity.  Checked before every change to the world: once the workflow has
-    asked an activity to stop, it must not remove a label or a router worker the restore
-    is about to put back."""
-    if not activity.in_activity():
-        return False
-    activity.heartbeat()
-    return activity.is_cancelled()
+        heartbeat(details)
 
 
 def resumed(kind: type[Any]) -> Any | None:

@@ -26,56 +26,19 @@ has no router to ask (the drain's counter check covers established connections).
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, field
 
 import httpx
 
+from activities.labels_off import Recheck, labels_still_off
 from activities.routers import Generations
 from activities.withdrawal import read_router, router_pods, services_listing
 from kube.api import KubeApi
 from kube.errors import KubeError
-from kube.members import MemberGone, read_member
 from kube.objects import Pod
 from retirement.models import Target
-from retirement.names import LABEL_ELIGIBLE
 from retirement.phases import Verdict
 
-
-@dataclass(frozen=True)
-class Recheck:
-    """Whether the withdrawal still holds: VERIFIED, UNKNOWN (not confirmed now) or FAILED
-    (undone by someone else), why, and one reading per thing that was not confirmed."""
-
-    verdict: Verdict
-    reason: str = ""
-    readings: dict[str, str] = field(default_factory=dict)
-    #: Every address of the members (as admitted, and the live ``podIPs``).
-    addresses: frozenset[str] = frozenset()
-
-
-def labels_still_off(api: KubeApi, target: Target) -> Recheck:
-    """The eligibility label is still absent on every admitted member (bound to its UID)."""
-    addresses = {m.ip for m in target.members}
-    for m in target.members:
-        try:
-            pod = read_member(api, namespace=target.namespace, name=m.pod, uid=m.uid)
-        except KubeError as e:
-            return Recheck(Verdict.UNKNOWN, f"read Pod {m.pod} failed: {_http(e)}")
-        if isinstance(pod, MemberGone):
-            return Recheck(Verdict.FAILED, f"member {pod.describe()}")
-        value = pod.labels.get(LABEL_ELIGIBLE)
-        if value is not None:
-            return Recheck(
-                Verdict.FAILED,
-                f"label re-added by someone else: {m.pod} has {LABEL_ELIGIBLE}={value!r}",
-                {f"label/{m.pod}": f"re-added ({value!r})"},
-            )
-        addresses.update(pod.pod_ips)
-    return Recheck(
-        Verdict.VERIFIED,
-        "eligibility label still absent on every member",
-        addresses=frozenset(addresses),
-    )
+__all__ = ["Recheck", "generations_of", "labels_still_off", "still_withdrawn"]
 
 
 #: The generations seen by each drain attempt, kept with the attempt's HTTP client.

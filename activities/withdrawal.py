@@ -11,11 +11,20 @@ from __future__ import annotations
 import time
 
 import httpx
-from temporalio.exceptions import CancelledError
 
 from activities.drain import Replaced, sample_member
-from activities.polling import cancel_seen, poll_until, resumed, seconds_left
-from activities.routers import TIMEOUT_S, Generations, RouterObserver, RouterView, resolve
+from activities.fencing import fence, heartbeat
+from activities.labels_off import labels_still_off
+from activities.polling import poll_until, resumed, seconds_left
+from activities.routers import (
+    TIMEOUT_S,
+    Generations,
+    RouterObserver,
+    RouterView,
+    canonical_ip,
+    resolve,
+    worker_host,
+)
 from kube.api import KubeApi
 from kube.errors import KubeError
 from kube.members import MemberGone, read_member
@@ -105,12 +114,33 @@ def member_addresses(api: KubeApi, target: Target, m: MemberTarget) -> set[str] 
     return {m.ip} if isinstance(pod, MemberGone) else {m.ip, *pod.pod_ips}
 
 
-def router_pods(api: KubeApi, target: Target) -> list[Pod]:
-    """The deployment's router Pods."""
+def router_pods(api: KubeApi, target: Target, *, leaving: bool = True) -> list[Pod]:
+    """The deployment's router Pods.  A terminating one still routes until it is gone, so
+    withdrawal and its re-checks ask it too (``leaving``); the restore does not wait for
+    one to select a member again (it is going away)."""
     pods = api.list_pods(
         namespace=target.namespace, selector=f"{LABEL_INSTANCE}={target.deployment},{LABEL_ROUTER}"
     )
-    return [p for p in pods if not p.terminating]
+    return [p for p in pods if leaving or not p.terminating]
+
+
+def may_remove(api: KubeApi, target: Target, url: str) -> Observation | str:
+    """Read fresh, immediately before asking a router to remove ``url``, whether it may:
+    every member is still the admitted Pod with no eligibility label (FAILED otherwise:
+    gone, replaced, or the label put back by someone else, perhaps the restore), and the
+    URL's host is an address of a live member now ("" when all holds; else why not).  A
+    member's address outlives the member (another Pod may get it): only a live member's
+    address is ever removed."""
+    check = labels_still_off(api, target)
+    if check.verdict is Verdict.FAILED:
+        return Observation(verdict=Verdict.FAILED, reason=check.reason, readings=check.readings)
+    if check.verdict is not Verdict.VERIFIED:
+        return f"not removed: {check.reason}"
+    live = {canonical_ip(a) or a for a in check.addresses}
+    host = worker_host(url)
+    if host is None or host not in live:
+        return f"not removed: {url} is not the address of a live member"
+    return ""
 
 
 def router_kind(pod: Pod, target: Target) -> str:
@@ -162,9 +192,11 @@ def withdraw(
         def once() -> Observation:
             readings: dict[str, str] = {}
             targets = addresses()
+            heartbeat()
             services = services_listing(api, target, targets)
             for name, listed in services.items():
                 readings[f"service/{name}"] = f"still lists {', '.join(listed)}"
+            heartbeat()
             routers = router_pods(api, target)
             pending: list[str] = []
             if not routers:
@@ -177,6 +209,7 @@ def withdraw(
                         pending.append(why)
             pods = {m.pod for m in target.members}
             for pod in routers:
+                heartbeat()  # one router answer may take its whole timeout
                 name = f"router/{pod.name}"
                 read = read_router(http, pod, target, generations)
                 if isinstance(read, str):
@@ -193,8 +226,13 @@ def withdraw(
                 if not obs.active:
                     continue  # passive (llm-d): it drops the member once the label is gone
                 for url in (w for w in still if w in view.workers):  # ask; the next poll verifies
-                    if cancel_seen():
-                        raise CancelledError("cancelled before asking a router to remove")
+                    allowed = may_remove(api, target, url)
+                    if isinstance(allowed, Observation):
+                        return allowed.model_copy(update={"router_removals": sorted(requested)})
+                    if allowed:
+                        pending.append(f"router {pod.name}: {allowed}")
+                        continue
+                    fence(f"asking router {pod.name} to remove {url}")
                     key = f"{pod.uid}|{url}"
                     requested.add(key)  # recorded before the call: it may act and time out
                     obs.remove(http, base, url, view.workers[url])

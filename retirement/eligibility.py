@@ -5,8 +5,8 @@ and the watcher's repair of orphans (``watcher.reconcile``).  Both ask this func
 member the restore holds is never labelled by the watcher a second later:
 
 - PodReady must be True;
-- a member of a multi-member group (size > 1) must also pass the identity probe with its
-  version guard (``activities.probes``), which only the restore can run (the watcher
+- a member of a multi-member group (``in_group``) must also pass the identity probe with
+  its version guard (``activities.probes``), which only the restore can run (the watcher
   never execs): the watcher therefore never labels a group member, it leaves it to the
   restore (and the operator that created it).
 
@@ -17,6 +17,15 @@ not serve.
 from __future__ import annotations
 
 from collections.abc import Callable
+
+
+def in_group(*, size: int | None, member_index: object | None) -> bool:
+    """Whether a member belongs to a multi-member group: its replica's declared size is
+    above one, or it carries the member-index label (set only on members of a group: a
+    lone follower left of a departed role is still one).  The one definition, used by the
+    restore and the watcher alike."""
+    return (size or 1) > 1 or member_index is not None
+
 
 #: What a caller that cannot probe is told for a group member.
 UNPROBED = "a member of a group is labelled only after the identity probe (the restore's)"

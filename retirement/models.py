@@ -103,6 +103,10 @@ class Target(_Model):
     workload_uid: str | None = None
     observed_generation: int = 0
     deployment_uid: str = ""
+    #: The replica's declared size at admission (a departed role: its Pods); None when not
+    #: recorded.  With the member-index label it says which members belong to a group
+    #: (``retirement.eligibility.in_group``).
+    size: int | None = None
 
     @property
     def measured(self) -> tuple[str, ...]:
@@ -113,6 +117,14 @@ class Target(_Model):
     def uids(self) -> list[str]:
         """Every admitted member UID (the delete binding)."""
         return [m.uid for m in self.members]
+
+    def restorable(self) -> list[str]:
+        """The members an abort must put back in service: those that had the label at
+        admission, and the measured members of a whole replica (they answer for it).  A
+        surplus member goes back only if it had the label: the restore never adds to
+        routing a member nothing routed to."""
+        answers = self.intent is not IntentKind.SURPLUS_SHED
+        return [m.pod for m in self.members if m.eligible_at_admission or (m.measured and answers)]
 
 
 class AdmitInput(_Model):
@@ -141,6 +153,13 @@ class PhaseInput(_Model):
     #: so the very worker URL removed is the one added back.  Only a hint: the restore is
     #: level-based and re-adds whatever a router is missing, recorded or not.
     router_removals: list[str] = Field(default_factory=list)
+    #: The delete: when the drain's last idle read was taken, and how old it may be when
+    #: the first delete is sent (``retirement.protocol.freshness_bound``).
+    evidence_at: datetime | None = None
+    fresh_s: float | None = None
+    #: The delete: an earlier delete activity of this Deleting phase may have deleted
+    #: members (a retried attempt knows it from its attempt number).
+    delete_may_have_begun: bool = False
 
 
 class Observation(_Model):
@@ -153,6 +172,9 @@ class Observation(_Model):
     #: Withdrawal: every router removal asked for so far in this phase, as
     #: ``<router Pod UID>|<worker URL>`` (carried across retried attempts).
     router_removals: list[str] = Field(default_factory=list)
+    #: When the reading the verdict rests on was taken (the drain: the start of its last
+    #: idle round), on the activity's clock.
+    evidence_at: datetime | None = None
 
 
 class WithdrawProgress(_Model):
@@ -177,6 +199,9 @@ class DeleteResult(_Model):
     already_gone: list[str] = Field(default_factory=list)
     replaced: list[str] = Field(default_factory=list)  # precondition failed: not touched
     workload: str = "none"  # none | deleted | kept (owns other Pods) | gone
+    #: The last guard refused before any delete (nothing was touched): why, as a verdict
+    #: (FAILED: abort; UNKNOWN: drain again).
+    refused: Observation | None = None
 
 
 class RestoreResult(_Model):
@@ -187,6 +212,9 @@ class RestoreResult(_Model):
     failed: dict[str, str] = Field(default_factory=dict)
     #: Every add-worker call the restore made, as ``<router Pod name>|<worker URL>``.
     router_adds: list[str] = Field(default_factory=list)
+    #: A router's selection counted only once it had lasted a while (smg): the workflow
+    #: reads the routers again later (``retirement.protocol.CONFIRM_AGAIN``).
+    timed: bool = False
 
 
 class PublishInput(_Model):

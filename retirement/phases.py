@@ -47,8 +47,10 @@ class Outcome(StrEnum):
     COMPLETED = "Completed"
     COMPLETED_UNSETTLED = "CompletedUnsettled"  # deleted; settle budget ran out unconfirmed
     ABORTED = "Aborted"  # held, replica kept and serving, waiting for a retry
-    CAPACITY_RETAINED = "CapacityRetained"  # the intent went away (cancel-intent) or release
-    CANCELLED = "Cancelled"  # cancelled from the UI: aborted, restored, ended
+    CAPACITY_RETAINED = "CapacityRetained"  # the intent went away (cancel-intent), all back
+    #: Asked to end (cancel-intent) while members were not back in service, and still not
+    #: back after a bound: ended naming them (a Warning Event, an alert).
+    ABANDONED = "Abandoned"
     REFUSED = "Refused"  # admission refused; nothing was touched
 
 

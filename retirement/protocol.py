@@ -38,6 +38,32 @@ def recheck_delay(rounds: int) -> timedelta:
     return min(RECHECK_MAX, RECHECK_FIRST * (1 << min(max(rounds, 0), 10)))
 
 
+#: Slack of the freshness bound of the drain's evidence (``freshness_bound``).
+FRESH_SLACK = timedelta(seconds=10)
+
+
+def freshness_bound(budgets: Budgets) -> timedelta:
+    """How old the drain's last idle read may be when the delete acts on it (SPEC section
+    4): two poll intervals (the read after it was due one interval later) plus slack for
+    dispatch.  Older evidence is read again (Draining), never acted on."""
+    return 2 * timedelta(seconds=budgets.poll_interval_s) + FRESH_SLACK
+
+
+#: After a restore whose router selection was confirmed by time only (a router that may
+#: still drop a worker it re-added: smg's drain job), the routers are read again this long
+#: after the confirmation, each time, before the hold stops looking.
+CONFIRM_AGAIN: tuple[timedelta, ...] = (timedelta(seconds=30), timedelta(seconds=120))
+
+#: A hold asked to end (cancel-intent) while members are not back in service keeps putting
+#: them back this long; then it ends ``Abandoned``, naming them (a Warning Event, an alert).
+ABANDON_AFTER = timedelta(minutes=15)
+
+#: ``reasons`` keeps the first ``REASONS_HEAD`` and the latest, ``REASONS_CAP`` in all (a
+#: long hold notes a reason per change, carried across continue-as-new).
+REASONS_CAP = 200
+REASONS_HEAD = 20
+
+
 #: How each phase's activity is named in reasons a person reads.
 WHAT: dict[Phase, str] = {
     Phase.DISQUALIFIED: "disqualify",
@@ -65,12 +91,18 @@ class Progress(BaseModel):
     deadline: datetime | None = None  # the overall deadline, frozen at admission
     phase_started_at: datetime | None = None
     phase_deadline: datetime | None = None
-    #: Evidence of this attempt: when withdrawal and then the drain were VERIFIED.
+    #: Evidence of this attempt: when withdrawal and then the drain were VERIFIED, and when
+    #: the drain's last idle read was taken (the activity's clock): the delete acts on it
+    #: only while it is fresh (``freshness_bound``).
     withdrawn_at: datetime | None = None
     drained_at: datetime | None = None
+    idle_read_at: datetime | None = None
     abort_requested: str | None = None
     cancel_intent: str | None = None
-    cancelled: bool = False  # the workflow was cancelled (the UI)
+    cancelled: bool = False  # the workflow was cancelled (the UI): it aborts and holds
+    #: When the hold was asked to end (cancel-intent): members not back by
+    #: ``ABANDON_AFTER`` later are abandoned, by name.
+    end_asked_at: datetime | None = None
     last_consumed_retry_token: str | None = None
     retry_token: str | None = None  # accepted while held: the next attempt's token
     furthest_phase: Phase = Phase.ADMITTED
@@ -79,6 +111,11 @@ class Progress(BaseModel):
     unrestored: dict[str, str] = Field(default_factory=dict)
     recheck_at: datetime | None = None
     restore_rounds: int = 0
+    #: The members an abort must put back (bound at admission): a restore that did not
+    #: confirm one of them back leaves it unrestored, whatever the activity reported.
+    restorable: list[str] = Field(default_factory=list)
+    #: When the routers are read again after a restore confirmed by time (``CONFIRM_AGAIN``).
+    confirm_at: list[datetime] = Field(default_factory=list)
     reasons: list[str] = Field(default_factory=list)
     phase_timeline: list[tuple[Phase, datetime]] = Field(default_factory=list)
 
@@ -103,9 +140,10 @@ class Started:
 
 @dataclass(frozen=True)
 class Admitted:
-    """Admission bound the target."""
+    """Admission bound the target; ``restorable``: the members an abort must put back."""
 
     at: datetime
+    restorable: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,6 +163,8 @@ class Answered:
     verdict: Verdict
     reason: str = ""
     polls: int = 0
+    #: When the reading the verdict rests on was taken (the drain: its last idle round).
+    evidence_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -137,13 +177,29 @@ class Deleted:
 
 
 @dataclass(frozen=True)
+class NotDeleted:
+    """The delete's last guard refused before any delete (SPEC section 4): the label is
+    back, a Service or router selects a target, the spec declares the ordinal again, or
+    the evidence is stale.  FAILED aborts; UNKNOWN drains again."""
+
+    at: datetime
+    verdict: Verdict
+    reason: str
+
+
+@dataclass(frozen=True)
 class Restored:
-    """The abort's restore ended; ``held`` names the members it could not yet put back
-    (not yet Ready, probe not answered, a router not selecting them yet) and why."""
+    """The abort's restore ended: ``restored`` the members confirmed back in service,
+    ``gone`` those that are not the admitted Pod any more (nothing to put back), ``held``
+    those it could not yet put back and why.  A restorable member in none of them was not
+    confirmed back.  ``timed``: a router's selection counted only after lasting a while."""
 
     at: datetime
     reason: str = ""
     held: tuple[tuple[str, str], ...] = ()
+    restored: tuple[str, ...] = ()
+    gone: tuple[str, ...] = ()
+    timed: bool = False
 
 
 @dataclass(frozen=True)
@@ -174,7 +230,7 @@ class IntentCancelled:
 
 @dataclass(frozen=True)
 class Cancelled:
-    """The workflow was cancelled (the UI): it aborts the same way, then ends."""
+    """The workflow was cancelled (the UI): it aborts the same way and holds."""
 
     at: datetime
 
@@ -193,6 +249,7 @@ Event = (
     | Refused
     | Answered
     | Deleted
+    | NotDeleted
     | Restored
     | Woke
     | AbortRequested
@@ -289,8 +346,8 @@ class Decision:
 
 
 def interrupted(p: Progress) -> bool:
-    """Whether the running phase must stop now: an abort or a cancel-intent arrived while
-    the phase may still be stopped."""
+    """Whether the running phase must stop now: an abort, a cancellation or a cancel-intent
+    arrived while the phase may still be stopped."""
     return (
         p.outcome is Outcome.RUNNING
         and not p.restoring
@@ -299,9 +356,19 @@ def interrupted(p: Progress) -> bool:
     )
 
 
+def settled(p: Progress) -> bool:
+    """Every member the restore must put back is confirmed back, and no confirmation by
+    time awaits its re-reads."""
+    return not p.unrestored and not p.confirm_at
+
+
 def hold_ends(p: Progress) -> bool:
-    """Whether a held retirement has something to act on."""
-    return p.retry_token is not None or p.cancel_intent is not None or p.cancelled
+    """Whether a held retirement has something to act on at once: a retry token, or a
+    cancel-intent once every member is back (until then the hold goes on putting them
+    back, bounded by ``ABANDON_AFTER``)."""
+    if p.cancel_intent is not None:
+        return settled(p)
+    return p.retry_token is not None
 
 
 def held(p: Progress) -> bool:
@@ -336,6 +403,8 @@ def decide(p: P, event: Event, *, budgets: Budgets) -> Decision:
         return _answered(p, event, budgets)
     if isinstance(event, Deleted):
         return _deleted(p, event, budgets)
+    if isinstance(event, NotDeleted):
+        return _not_deleted(p, event, budgets)
     if isinstance(event, Restored):
         return _restored(p, event)
     if isinstance(event, Woke):
@@ -349,8 +418,27 @@ def decide(p: P, event: Event, *, budgets: Budgets) -> Decision:
     return _retry_offered(p, event)
 
 
+def capped(reasons: list[str]) -> list[str]:
+    """``reasons`` within ``REASONS_CAP``: the first ``REASONS_HEAD`` (how it began), a
+    marker of how many were left out, and the latest."""
+    if len(reasons) <= REASONS_CAP:
+        return reasons
+    head = reasons[:REASONS_HEAD]
+    rest = reasons[REASONS_HEAD:]
+    omitted = 0
+    if rest and rest[0].startswith(_OMITTED):
+        omitted = int(rest[0][len(_OMITTED) :].split(" ", 1)[0])
+        rest = rest[1:]
+    keep = REASONS_CAP - REASONS_HEAD - 1
+    omitted += len(rest) - keep
+    return [*head, f"{_OMITTED}{omitted} reasons omitted", *rest[-keep:]]
+
+
+_OMITTED = "... "
+
+
 def _note(p: P, *reasons: str, **update: object) -> P:
-    return p.model_copy(update={**update, "reasons": [*p.reasons, *reasons]})
+    return p.model_copy(update={**update, "reasons": capped([*p.reasons, *reasons])})
 
 
 def _ended(p: Progress) -> bool:
@@ -392,7 +480,8 @@ def _admission(p: P, e: Admitted | Refused, budgets: Budgets) -> Decision:
         q = _enter(q, Phase.ADMITTED, e.at, budgets)
         q = _note(q, f"admission refused: {e.reason}", outcome=Outcome.REFUSED)
         return Decision(progress=q, action=Finish(Outcome.REFUSED))
-    q = _enter(q.model_copy(update={"admitted": True}), Phase.ADMITTED, e.at, budgets)
+    q = q.model_copy(update={"admitted": True, "restorable": list(e.restorable)})
+    q = _enter(q, Phase.ADMITTED, e.at, budgets)
     return _next(q, Phase.ADMITTED, e.at, budgets)
 
 
@@ -418,14 +507,44 @@ def _next(p: P, done: Phase, at: datetime, budgets: Budgets) -> Decision:
     if following is Phase.DELETING:
         if not _evidence_holds(p):
             return _restore(p, "no verified withdrawal and drain in this attempt", at, budgets)
+        stale = _stale(p, at, budgets)
+        if stale:
+            return _drain_again(p, stale, at, budgets)
         return Decision(progress=_enter(p, Phase.DELETING, at, budgets), action=Delete())
     return Decision(progress=_enter(p, following, at, budgets), action=RunPhase(following))
 
 
 def _evidence_holds(p: Progress) -> bool:
-    """Deleting needs withdrawal VERIFIED, then the drain VERIFIED after it, this attempt."""
+    """Deleting needs withdrawal VERIFIED, then the drain VERIFIED after it, this attempt,
+    with the time of the drain's last idle read."""
     return (
-        p.withdrawn_at is not None and p.drained_at is not None and p.drained_at >= p.withdrawn_at
+        p.withdrawn_at is not None
+        and p.drained_at is not None
+        and p.drained_at >= p.withdrawn_at
+        and p.idle_read_at is not None
+    )
+
+
+def _stale(p: Progress, at: datetime, budgets: Budgets) -> str:
+    """Why the drain's evidence is too old to delete on at ``at`` ("" while fresh)."""
+    assert p.idle_read_at is not None
+    age = at - p.idle_read_at
+    bound = freshness_bound(budgets)
+    if age <= bound:
+        return ""
+    return (
+        f"the drain's last idle read is {age.total_seconds():.0f} s old "
+        f"(bound {bound.total_seconds():.0f} s)"
+    )
+
+
+def _drain_again(p: P, why: str, at: datetime, budgets: Budgets) -> Decision:
+    """Not deleting on this evidence: read the engines again (Draining stays abortable)."""
+    if p.deadline is not None and at >= p.deadline:
+        return _restore(p, f"{why}; overall budget exhausted", at, budgets)
+    q = _note(p, f"not deleting: {why}: draining again", drained_at=None, idle_read_at=None)
+    return Decision(
+        progress=_enter(q, Phase.DRAINING, at, budgets), action=RunPhase(Phase.DRAINING)
     )
 
 
@@ -453,7 +572,9 @@ def _answered(p: P, e: Answered, budgets: Budgets) -> Decision:
     elif p.phase is Phase.DRAINING:
         if q.withdrawn_at is None:
             return _restore(q, "drain verified before any verified withdrawal", e.at, budgets)
-        q = q.model_copy(update={"drained_at": e.at})
+        if e.evidence_at is None:
+            return _restore(q, "the drain did not say when its last idle read was", e.at, budgets)
+        q = q.model_copy(update={"drained_at": e.at, "idle_read_at": e.evidence_at})
     return _next(q, p.phase, e.at, budgets)
 
 
@@ -501,15 +622,49 @@ def _deleted(p: P, e: Deleted, budgets: Budgets) -> Decision:
     )
 
 
+def _not_deleted(p: P, e: NotDeleted, budgets: Budgets) -> Decision:
+    """The delete's guard refused before any delete: a definite fault aborts (nothing was
+    deleted, so the abort is still possible); anything else drains again, and an abort,
+    a cancellation or a cancel-intent kept while Deleting now takes effect."""
+    if p.phase is not Phase.DELETING or _ended(p) or p.restoring:
+        return Decision(progress=p, accepted=False, reply="no delete under way")
+    if e.verdict is Verdict.VERIFIED:
+        return Decision(progress=p, accepted=False, reply="a refusal is never VERIFIED")
+    if e.verdict is Verdict.FAILED:
+        return _restore(p, f"delete refused: {e.reason}", e.at, budgets)
+    why = _interruption(p)
+    if why:
+        return _restore(_note(p, f"delete refused: {e.reason}"), why, e.at, budgets)
+    return _drain_again(p, f"delete refused: {e.reason}", e.at, budgets)
+
+
 def _restored(p: P, e: Restored) -> Decision:
+    """Level-based: a member the restore must put back counts as back only when this
+    round confirmed it (``restored``) or found it gone; anything else is unrestored,
+    including a member the round never reached ("nothing was done" is never success)."""
     if not p.restoring:
         return Decision(progress=p, accepted=False, reply="no restore under way")
     unrestored = dict(e.held)
+    for name in p.restorable:
+        if name not in e.restored and name not in e.gone and name not in unrestored:
+            unrestored[name] = "not confirmed back in service: the restore did not reach it"
+    for name in e.restored:
+        unrestored.pop(name, None)
+    was_back = not p.unrestored and p.restore_rounds > 0
+    confirm_at = list(p.confirm_at)
+    if unrestored:
+        confirm_at = []  # planned again once they are back
+    elif was_back:
+        confirm_at = [t for t in confirm_at if t > e.at]  # a due re-read just confirmed it
+    elif e.timed:
+        confirm_at = [e.at + d for d in CONFIRM_AGAIN]
     q = p.model_copy(
         update={
             "restoring": False,
             "unrestored": unrestored,
             "restore_rounds": p.restore_rounds + 1,
+            "confirm_at": confirm_at,
+            "outcome": Outcome.ABORTED,
         }
     )
     if e.reason:
@@ -522,32 +677,55 @@ def _restored(p: P, e: Restored) -> Decision:
         )
     elif p.unrestored and not unrestored:
         q = _note(q, "every member that qualifies is back in service")
-    if q.cancelled:
-        return Decision(
-            progress=q.model_copy(update={"outcome": Outcome.CANCELLED}),
-            action=Finish(Outcome.CANCELLED),
-        )
-    if q.cancel_intent is not None:
-        return Decision(
-            progress=q.model_copy(update={"outcome": Outcome.CAPACITY_RETAINED}),
-            action=Finish(Outcome.CAPACITY_RETAINED),
-        )
-    q = q.model_copy(update={"outcome": Outcome.ABORTED})
-    if hold_ends(q):  # a retry token that arrived during the restore
+    if confirm_at and not p.confirm_at:
+        q = _note(q, "a router's selection was confirmed by time: the routers are read again")
+    if q.cancel_intent is not None and not settled(q) and _abandon_due(q, e.at):
+        return _abandon(q)
+    if hold_ends(q):  # a cancel-intent with every member back, or a retry token
         return _hold_ended(q)
     return _hold(q, e.at)
 
 
+def _abandon_due(p: Progress, at: datetime) -> bool:
+    return p.end_asked_at is not None and at >= p.end_asked_at + ABANDON_AFTER
+
+
+def _abandon(p: P) -> Decision:
+    """The hold was asked to end and members are still not back after ``ABANDON_AFTER``:
+    end, naming them (status.retirement stays, with a Warning Event and an alert)."""
+    names = ", ".join(sorted(p.unrestored)) or "(routers' re-reads not done)"
+    q = _note(
+        p,
+        f"abandoned: not back in service {ABANDON_AFTER.total_seconds() / 60:.0f} min after "
+        f"the hold was asked to end: {names}",
+        outcome=Outcome.ABANDONED,
+        recheck_at=None,
+    )
+    return Decision(progress=q, action=Finish(Outcome.ABANDONED, clear=False))
+
+
 def _hold(p: P, at: datetime) -> Decision:
-    """Hold; with members still to put back, evaluate them again after a backoff."""
-    if not p.unrestored:
+    """Hold; wake up for what is due: members still to put back (after a backoff), a
+    router re-read after a confirmation by time, the abandon bound of an ended hold."""
+    due: list[datetime] = []
+    if p.unrestored:
+        when = p.recheck_at
+        if when is None or when <= at:
+            when = at + recheck_delay(p.restore_rounds - 1)
+        due.append(when)
+    due += p.confirm_at
+    if p.cancel_intent is not None and p.end_asked_at is not None and not settled(p):
+        due.append(p.end_asked_at + ABANDON_AFTER)
+    if not due:
         return Decision(progress=p.model_copy(update={"recheck_at": None}), action=Hold())
-    when = p.recheck_at
-    if when is None or when <= at:
-        when = at + recheck_delay(p.restore_rounds - 1)
+    when = max(min(due), at + MIN_WAIT)
     return Decision(
         progress=p.model_copy(update={"recheck_at": when}), action=Hold(recheck_at=when)
     )
+
+
+#: The shortest timer a hold sets (a due time already past is acted on this soon).
+MIN_WAIT = timedelta(seconds=1)
 
 
 def _woke(p: P, e: Woke, budgets: Budgets) -> Decision:
@@ -564,9 +742,10 @@ def _woke(p: P, e: Woke, budgets: Budgets) -> Decision:
             return _hold_ended(p)
         if e.history_long:
             return Decision(progress=p, action=CarryOn())
-        if p.unrestored and p.recheck_at is not None and e.at >= p.recheck_at:
+        if not settled(p) and p.recheck_at is not None and e.at >= p.recheck_at:
             q = p.model_copy(update={"restoring": True, "recheck_at": None})
-            return Decision(progress=q, action=Restore("evaluate held members again"))
+            why = "confirm the routers' selection again" if not p.unrestored else ""
+            return Decision(progress=q, action=Restore(why or "evaluate held members again"))
         return _hold(p, e.at)
     if _ended(p) or p.restoring or p.phase not in WHAT:
         return Decision(progress=p, accepted=False, reply="nothing is waiting")
@@ -586,11 +765,8 @@ def _woke(p: P, e: Woke, budgets: Budgets) -> Decision:
 
 
 def _hold_ended(p: P) -> Decision:
-    if p.cancelled:
-        return Decision(
-            progress=p.model_copy(update={"outcome": Outcome.CANCELLED}),
-            action=Finish(Outcome.CANCELLED),
-        )
+    """A cancel-intent with every member back ends the retirement (capacity retained); a
+    retry token starts a fresh attempt (its own admission and restore take over)."""
     if p.cancel_intent is not None:
         q = p.model_copy(update={"outcome": Outcome.CAPACITY_RETAINED})
         return Decision(progress=q, action=Finish(Outcome.CAPACITY_RETAINED))
@@ -612,25 +788,38 @@ def _abort_requested(p: P, e: AbortRequested) -> Decision:
 def _intent_cancelled(p: P, e: IntentCancelled) -> Decision:
     if p.cancel_intent is not None or _ended(p):
         return Decision(progress=p, accepted=False, reply="ignored")
-    q = _note(p, f"intent cancelled: {e.reason}", cancel_intent=e.reason)
+    q = _note(p, f"intent cancelled: {e.reason}", cancel_intent=e.reason, end_asked_at=e.at)
     if not abortable(p.phase) and not held(p) and not p.restoring:
         q = _note(q, "intent cancelled after the point of no return: the deletes finish")
     return Decision(progress=q, reply="intent cancelled")
 
 
 def _cancelled(p: P, e: Cancelled) -> Decision:
+    """A cancellation (the UI's "Request Cancellation") is an abort that keeps the
+    replica: the retirement aborts, restores and holds until a person retries, the intent
+    goes away, or the spec declares the replica again (SPEC section 7); it never ends the
+    workflow, so the watcher never starts the same intent again behind the person's back.
+    While held it also drops a retry not yet started."""
     if p.cancelled or _ended(p):
         return Decision(progress=p, accepted=False, reply="ignored")
-    if held(p):
-        return Decision(progress=p.model_copy(update={"cancelled": True}))  # the hold ends
-    if p.restoring or not abortable(p.phase):
-        # The restore, or the remaining deletes, finish first; the cancellation is kept.
+    if held(p) or p.restoring:
+        dropped = f" (retry token {p.retry_token!r} dropped)" if p.retry_token else ""
+        q = _note(
+            p,
+            f"cancelled while {'held' if held(p) else 'aborting'}{dropped}: the retirement "
+            "holds with the replica kept; retry, cancel the intent or scale up to end it",
+            cancelled=True,
+            retry_token=None,
+        )
+        return Decision(progress=q)
+    if not abortable(p.phase):
+        # The remaining deletes finish (a refused delete aborts then: ``_not_deleted``).
         return Decision(
             progress=_note(p, f"cancelled in {p.phase}: finishing it first", cancelled=True)
         )
     q = _note(
         p,
-        f"cancelled in {p.phase}: aborting",
+        f"cancelled in {p.phase}: aborting; the retirement then holds with the replica kept",
         cancelled=True,
         abort_requested=p.abort_requested or "workflow cancelled",
     )

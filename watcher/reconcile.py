@@ -50,7 +50,7 @@ from kube.events import MESSAGE_CAP, post_event
 from kube.members import LabelChange, set_eligibility
 from kube.objects import ObjectRef, Pod, pod_ready
 from retirement.budgets import Budgets
-from retirement.eligibility import label_refusal
+from retirement.eligibility import in_group, label_refusal
 from retirement.intents import Intent, RoleSpec, derive_intents, intent_refusal, view_of
 from retirement.models import (
     CancelIntent,
@@ -69,6 +69,7 @@ from retirement.names import (
     LABEL_COMPONENT,
     LABEL_ELIGIBLE,
     LABEL_INSTANCE,
+    LABEL_MEMBER_INDEX,
     LABEL_NAME,
     LABEL_ORDINAL,
     VERSION,
@@ -698,7 +699,9 @@ class Reconciler:
                     if p.name not in sel.measured or ready != "True":
                         self._set_label(p, False, current)
                 elif p.name in sel.measured and not label_refusal(
-                    ready=ready, group=role.size > 1, probe=None
+                    ready=ready,
+                    group=in_group(size=role.size, member_index=p.labels.get(LABEL_MEMBER_INDEX)),
+                    probe=None,
                 ):
                     adds.append((p, current))
         if adds and not asked and not await self._nothing_runs(md):

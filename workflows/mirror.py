@@ -12,6 +12,7 @@ ends or continues as new.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -149,13 +150,15 @@ class Mirror:
         if self._queue and (self._task is None or self._task.done()):
             self._task = asyncio.create_task(self._work())
 
-    async def flush(self) -> None:
-        """Wait until every queued snapshot was published (or failed)."""
+    async def flush(self, *, on_cancel: Callable[[], None]) -> None:
+        """Wait until every queued snapshot was published (or failed).  A cancellation
+        of the workflow meanwhile is handed to ``on_cancel`` (the protocol decides on it)
+        and the wait goes on: the last snapshots still go out."""
         while self._task is not None and not self._task.done():
             try:
                 await asyncio.shield(self._task)
             except asyncio.CancelledError:
-                continue  # the workflow ends anyway: let the last snapshots go out
+                on_cancel()
 
     async def _work(self) -> None:
         while self._queue:

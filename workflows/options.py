@@ -6,6 +6,8 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
+from activities.fencing import THROTTLE_S
+
 #: Errors an activity raises that retrying cannot mend (a 404/409/422/403, bad input).
 NON_RETRYABLE = ["NotFound", "Conflict", "Invalid", "Forbidden", "BadInput"]
 #: Slack between an activity's own deadline and the workflow's timeout of it.
@@ -19,8 +21,9 @@ BACKSTOP = timedelta(seconds=5)
 HEARTBEAT = timedelta(seconds=10)
 #: How often a worker sends heartbeats at most (the SDK would wait 0.8 x HEARTBEAT).  A
 #: cancel reaches a running activity only on a heartbeat's answer, so this bounds how long
-#: an abort waits for the phase activity to stop before the restore begins.
-HEARTBEAT_THROTTLE = timedelta(seconds=2)
+#: an abort waits for the phase activity to stop before the restore begins; the fencing of
+#: the activities' changes counts on it (``activities.fencing``).
+HEARTBEAT_THROTTLE = timedelta(seconds=THROTTLE_S)
 ADMIT_TIMEOUT = timedelta(seconds=30)
 DELETE_TIMEOUT = timedelta(seconds=60)
 DELETE_SCHEDULE_TIMEOUT = timedelta(minutes=30)

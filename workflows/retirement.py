@@ -14,7 +14,6 @@ cancel-intent, or a cancellation.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from temporalio import workflow
@@ -28,7 +27,6 @@ with workflow.unsafe.imports_passed_through():
         RetryRequest,
         RetryResult,
     )
-    from retirement.phases import Outcome
     from retirement.protocol import (
         AbortRequested,
         Action,
@@ -125,13 +123,19 @@ class RetirementWorkflow:
         while True:
             if isinstance(action, Finish):
                 return await self._finish(action)
-            if isinstance(action, StartAttempt):
-                self._s = self._s.recorded(ended_at=workflow.now())
-                await self._mirror.flush()
-                workflow.continue_as_new(self._s.next_request())
-            if isinstance(action, CarryOn):
-                await self._mirror.flush()
-                workflow.continue_as_new(self._s.carried_request())
+            if isinstance(action, StartAttempt | CarryOn):
+                if isinstance(action, StartAttempt):
+                    self._s = self._s.recorded(ended_at=workflow.now())
+                if await self._flush():
+                    # A cancellation arrived while the mirror flushed: it is decided on
+                    # (it drops a retry not yet started) before anything continues as new.
+                    action = self._apply(self._woke()).action
+                    continue
+                workflow.continue_as_new(
+                    self._s.next_request()
+                    if isinstance(action, StartAttempt)
+                    else self._s.carried_request()
+                )
             assert action is not None, "the protocol always says what to do next"
             event = await self._carry_out(action)
             action = self._apply(event).action
@@ -154,11 +158,25 @@ class RetirementWorkflow:
     async def _finish(self, action: Finish) -> RetirementState:
         self._s = self._s.recorded(ended_at=workflow.now())
         self._mirror.show(self._s, clear=action.clear)
-        await self._mirror.flush()
+        await self._flush()  # a cancellation now finds the retirement ended: ignored
         self._note_mirror_failures()
-        if action.outcome is Outcome.CANCELLED:
-            raise asyncio.CancelledError("workflow cancelled")
         return self._s
+
+    async def _flush(self) -> bool:
+        """Wait for the mirror's queue; True when a cancellation arrived meanwhile (it was
+        fed to the protocol)."""
+        cancelled = False
+
+        def on_cancel() -> None:
+            nonlocal cancelled
+            cancelled = True
+            self._on_cancel()
+
+        await self._mirror.flush(on_cancel=on_cancel)
+        return cancelled
+
+    def _woke(self) -> Woke:
+        return Woke(at=workflow.now(), history_long=workflow.info().is_continue_as_new_suggested())
 
     # ----------------------------------------------------------------- state
 

@@ -46,9 +46,11 @@ with workflow.unsafe.imports_passed_through():
         Answered,
         Deleted,
         Event,
+        NotDeleted,
         Refused,
         Restored,
         Woke,
+        freshness_bound,
         hold_ends,
         interrupted,
     )
@@ -107,6 +109,12 @@ def failure(name: str, e: ActivityError) -> str:
     return f"{name} failed: {cause or e}"
 
 
+def _queue_timeout(e: ActivityError) -> bool:
+    """The activity timed out waiting in the task queue (its ScheduleToStart timeout)."""
+    cause = e.cause
+    return isinstance(cause, ActivityTimeout) and cause.type is TimeoutType.SCHEDULE_TO_START
+
+
 class Steps:
     """Carries out actions for one workflow run; reads and updates its state through the
     callables it is given."""
@@ -143,7 +151,7 @@ class Steps:
         if admission.target is None:
             return Refused(at=workflow.now(), reason=admission.refusal)
         self._update(target=admission.target)
-        return Admitted(at=workflow.now())
+        return Admitted(at=workflow.now(), restorable=tuple(admission.target.restorable()))
 
     async def run_phase(self, phase: Phase) -> Event:
         """Run ``phase``'s activity until its verdict, the phase deadline, or (abortable
@@ -191,7 +199,12 @@ class Steps:
                 router_removals=[*known, *(r for r in obs.router_removals if r not in known)]
             )
         return Answered(
-            at=now, phase=phase, verdict=obs.verdict, reason=obs.reason, polls=obs.polls
+            at=now,
+            phase=phase,
+            verdict=obs.verdict,
+            reason=obs.reason,
+            polls=obs.polls,
+            evidence_at=obs.evidence_at,
         )
 
     async def wait_until(self, until: datetime) -> Event:
@@ -210,29 +223,73 @@ class Steps:
         return Woke(at=workflow.now())
 
     async def delete(self) -> Event:
-        """The point of no return: runs to its end whatever arrives meanwhile."""
+        """The point of no return, guarded: the activity confirms everything once more
+        immediately before its first delete and refuses (``NotDeleted``: nothing touched)
+        otherwise; once a delete is sent it runs to its end whatever arrives meanwhile.
+
+        It may wait in the task queue only while the drain's evidence is fresh; one that
+        could not start in time is run once more without that bound but told that an
+        earlier one may have begun (a retried attempt may have deleted members before its
+        retry waited too long), so it finishes what was begun, or, if nothing was, refuses
+        on the stale evidence itself."""
         s = self._state()
         assert s.phase_deadline is not None and s.target is not None
+        assert s.idle_read_at is not None
+        bound = freshness_bound(s.request.budgets)
+        fresh_left = bound - (workflow.now() - s.idle_read_at)
+        try:
+            return await self._delete_once(
+                schedule_to_start=max(fresh_left, timedelta(seconds=1)), may_have_begun=False
+            )
+        except ActivityError as e:
+            if not _queue_timeout(e):
+                # A non-retryable error (Invalid: the server refuses the request; BadInput),
+                # or retries that ran out (the API server down, RBAC without delete, for
+                # ``DELETE_SCHEDULE_TIMEOUT``): the deletes cannot finish now; what was
+                # deleted is in the error, and status.retirement stays for a person.
+                return Deleted(at=workflow.now(), ok=False, reason=str(e.cause or e))
+        try:
+            return await self._delete_once(schedule_to_start=None, may_have_begun=True)
+        except ActivityError as e:
+            return Deleted(at=workflow.now(), ok=False, reason=str(e.cause or e))
+
+    async def _delete_once(
+        self, *, schedule_to_start: timedelta | None, may_have_begun: bool
+    ) -> Event:
+        s = self._state()
+        assert s.phase_deadline is not None
+        inp = self._phase_input(s.phase_deadline).model_copy(
+            update={
+                "evidence_at": s.idle_read_at,
+                "fresh_s": freshness_bound(s.request.budgets).total_seconds(),
+                "delete_may_have_begun": may_have_begun,
+            }
+        )
         handle = workflow.start_activity_method(
             RetirementActivities.delete,
-            self._phase_input(s.phase_deadline),
+            inp,
             start_to_close_timeout=DELETE_TIMEOUT,
             schedule_to_close_timeout=DELETE_SCHEDULE_TIMEOUT,
+            schedule_to_start_timeout=schedule_to_start,
+            heartbeat_timeout=HEARTBEAT,
             retry_policy=PERSISTENT,
-            summary="delete the admitted Pods (UID preconditions) and their own Workload",
+            summary="confirm once more, then delete the admitted Pods (UID preconditions) "
+            "and their own Workload",
         )
         await self._until_done(handle, interruptible=False, timeout=None)
-        try:
-            result: DeleteResult = handle.result()
-        except ActivityError as e:
-            # Only a BadInput error gets here; nothing more can be deleted safely.
-            return Deleted(at=workflow.now(), ok=False, reason=str(e.cause or e))
+        result: DeleteResult = handle.result()
+        if result.refused is not None:
+            return NotDeleted(
+                at=workflow.now(), verdict=result.refused.verdict, reason=result.refused.reason
+            )
         self._update(deleted=result)
         note = f"replaced, not touched: {', '.join(result.replaced)}" if result.replaced else ""
         return Deleted(at=workflow.now(), reason=note)
 
     async def restore(self) -> Event:
-        """Put the replica back in service; runs to its end whatever arrives meanwhile."""
+        """Put the replica back in service; runs to its end whatever arrives meanwhile.
+        What it did not confirm back stays to do (``decide`` counts the restorable members
+        from admission, so an attempt that did nothing is never read as success)."""
         s = self._state()
         if s.target is None:
             self._update(restored=RestoreResult())
@@ -244,26 +301,23 @@ class Steps:
             heartbeat_timeout=HEARTBEAT,
             retry_policy=SHORT,
             schedule_to_close_timeout=RESTORE_SCHEDULE_TIMEOUT,
-            summary="put the eligibility label back on members that still qualify",
+            summary="put the eligibility label and the routers' selection back on members "
+            "that still qualify",
         )
         await self._until_done(handle, interruptible=False, timeout=None)
         try:
             restored: RestoreResult = handle.result()
         except ActivityError as e:
             self._update(restored=RestoreResult(failed={"*": str(e.cause or e)}))
-            # Nothing is known of any member: every one it should restore stays to do.
-            todo = {
-                m.pod: "restore failed"
-                for m in s.target.members
-                if m.eligible_at_admission or m.measured
-            }
-            return Restored(
-                at=workflow.now(),
-                reason=failure("restore", e),
-                held=tuple(sorted(todo.items())),
-            )
+            return Restored(at=workflow.now(), reason=failure("restore", e))
         self._update(restored=restored)
-        return Restored(at=workflow.now(), held=tuple(sorted(restored.held.items())))
+        return Restored(
+            at=workflow.now(),
+            held=tuple(sorted(restored.held.items())),
+            restored=tuple(restored.restored),
+            gone=tuple(sorted(restored.failed)),
+            timed=restored.timed,
+        )
 
     async def hold(self, recheck_at: datetime | None) -> Event:
         """Held until something ends the hold, or until ``recheck_at`` (members still to

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from temporalio.exceptions import ApplicationError
-from temporalio.testing import ActivityEnvironment
 
 from activities import RetirementActivities
 from kube.api import ExecResult
@@ -29,6 +28,7 @@ from retirement.models import (
 from retirement.names import LABEL_ELIGIBLE
 from retirement.phases import Verdict
 from tests.helpers import model_deployment, role
+from tests.helpers.activity_env import attempt_env
 from tests.helpers.fake_kube import FakeKube, member_pod, oneshot_stdout
 
 NS = "default"
@@ -71,7 +71,7 @@ def admit(
         members=members or [],
     )
     inp = AdmitInput(request=req, workflow_id=f"retirement/{NS}/{MD}")
-    result: Admission = ActivityEnvironment().run(RetirementActivities(kube).admit, inp)
+    result: Admission = attempt_env().run(RetirementActivities(kube).admit, inp)
     return result
 
 
@@ -517,10 +517,10 @@ def disqualified_drain(kube: FakeKube, target: Target, *, seconds: float = 3.0) 
         return PhaseInput(target=target, deadline=deadline, poll_interval_s=0.01)
 
     acts = RetirementActivities(kube)
-    dq: Observation = ActivityEnvironment().run(acts.disqualify, phase(seconds))
+    dq: Observation = attempt_env().run(acts.disqualify, phase(seconds))
     assert dq.verdict is Verdict.VERIFIED, dq.reason
     kube.calls.clear()
-    obs: Observation = ActivityEnvironment().run(acts.drain, phase(seconds))
+    obs: Observation = attempt_env().run(acts.drain, phase(seconds))
     return obs
 
 
@@ -679,7 +679,7 @@ def test_an_aborted_surplus_shed_does_not_put_an_unlabelled_member_in_service() 
     assert t is not None and t.measured == ("llm-1-b",)
     kube.calls.clear()
     inp = PhaseInput(target=t, deadline=datetime.now(UTC) + timedelta(seconds=2))
-    result: RestoreResult = ActivityEnvironment().run(RetirementActivities(kube).restore, inp)
+    result: RestoreResult = attempt_env().run(RetirementActivities(kube).restore, inp)
     assert result == RestoreResult()
     assert LABEL_ELIGIBLE not in kube.pod_labels("llm-1-b")
     assert_read_only(kube)

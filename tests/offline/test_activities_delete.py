@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from temporalio.exceptions import ApplicationError
-from temporalio.testing import ActivityEnvironment
 
 from activities import RetirementActivities
 from kube.errors import Conflict, Forbidden, Invalid, KubeError, Unavailable
+from retirement.budgets import Budgets
 from retirement.models import (
     Admission,
     AdmitInput,
@@ -25,8 +25,9 @@ from retirement.models import (
     Target,
 )
 from retirement.phases import Verdict
+from retirement.protocol import freshness_bound
 from tests.helpers import model_deployment
-from tests.helpers.activity_env import recording_env
+from tests.helpers.activity_env import attempt_env, recording_env
 from tests.helpers.fake_kube import FakeKube, member_pod
 
 NS = "default"
@@ -54,26 +55,38 @@ def admitted(
     if workload:
         kube.add_workload(workload, owners=[("Pod", "uid-0"), ("Pod", "uid-1")], uid="wl-uid")
     req = RetirementRequest(namespace=NS, deployment=MD, role="server", ordinal=1)
-    admission: Admission = ActivityEnvironment().run(
+    admission: Admission = attempt_env().run(
         RetirementActivities(kube).admit, AdmitInput(request=req, workflow_id="wf")
     )
     assert admission.target is not None, admission.refusal
+    # Disqualified, as the retirement leaves it before its delete.
+    done = attempt_env().run(RetirementActivities(kube).disqualify, phase(admission.target))
+    assert done.verdict is Verdict.VERIFIED, done.reason
     kube.calls.clear()
     return kube, admission.target
 
 
-def phase(target: Target, seconds: float = 5.0) -> PhaseInput:
+def phase(target: Target, seconds: float = 5.0, *, evidence_age_s: float = 0.0) -> PhaseInput:
+    """A phase's input; for the delete, a drain whose last idle read is ``evidence_age_s``
+    old, with the default freshness bound."""
+    now = datetime.now(UTC)
     return PhaseInput(
         target=target,
-        deadline=datetime.now(UTC) + timedelta(seconds=seconds),
+        deadline=now + timedelta(seconds=seconds),
         poll_interval_s=0.01,
+        evidence_at=now - timedelta(seconds=evidence_age_s),
+        fresh_s=freshness_bound(Budgets()).total_seconds(),
     )
 
 
-def delete(kube: FakeKube, target: Target) -> DeleteResult:
-    result: DeleteResult = ActivityEnvironment().run(
-        RetirementActivities(kube).delete, phase(target)
-    )
+def delete(
+    kube: FakeKube, target: Target, *, attempt: int = 1, evidence_age_s: float = 0.0
+) -> DeleteResult:
+    """Run the delete activity's ``attempt`` (above 1: a retry, after an earlier attempt
+    may have deleted members)."""
+    env = attempt_env(attempt=attempt)
+    inp = phase(target, evidence_age_s=evidence_age_s)
+    result: DeleteResult = env.run(RetirementActivities(kube).delete, inp)
     return result
 
 
@@ -111,11 +124,23 @@ def test_delete_removes_each_admitted_pod_with_its_uid_as_precondition() -> None
     assert uid_of(kube, "llm-0-0") == "keep"
 
 
-def test_a_replaced_member_is_recorded_and_never_touched() -> None:
+def test_a_member_replaced_before_the_first_delete_refuses_it_touching_nothing() -> None:
     kube, target = admitted()
     kube.add_pod(member(1, uid="uid-new"))
     result = delete(kube, target)
-    assert result.deleted == ["llm-1-0"] and result.replaced == ["llm-1-1"]
+    assert result.refused is not None and result.refused.verdict is Verdict.FAILED
+    assert "llm-1-1 was replaced" in result.refused.reason
+    assert result.deleted == [] and kube.called("delete_pod") == []
+    assert uid_of(kube, "llm-1-1") == "uid-new"
+
+
+def test_a_replaced_member_is_recorded_and_never_touched_once_the_deletion_began() -> None:
+    kube, target = admitted()
+    kube.remove_pod("llm-1-0")  # an earlier attempt deleted it
+    kube.add_pod(member(1, uid="uid-new"))
+    result = delete(kube, target, attempt=2)
+    assert result.refused is None
+    assert result.already_gone == ["llm-1-0"] and result.replaced == ["llm-1-1"]
     assert uid_of(kube, "llm-1-1") == "uid-new"
 
 
@@ -123,7 +148,7 @@ def test_a_retried_delete_is_idempotent() -> None:
     kube, target = admitted(workload="wl")
     first = delete(kube, target)
     assert first == DeleteResult(deleted=["llm-1-0", "llm-1-1"], workload="deleted")
-    again = delete(kube, target)
+    again = delete(kube, target, attempt=2)
     assert again == DeleteResult(already_gone=["llm-1-0", "llm-1-1"], workload="gone")
     assert uid_of(kube, "llm-0-0") == "keep"
 
@@ -165,7 +190,8 @@ def test_a_workload_replaced_between_read_and_delete_is_not_deleted() -> None:
     [
         (Unavailable("delete Pod", status=503), True),
         (Unavailable("delete Pod", reason="ConnectionRefusedError"), True),
-        (Forbidden("delete Pod", status=403), False),
+        # Past the point of no return RBAC without delete is retried (a person mends it).
+        (Forbidden("delete Pod", status=403), True),
     ],
     ids=["503", "refused", "forbidden"],
 )
@@ -181,7 +207,7 @@ def test_a_failed_delete_raises_and_a_retry_finishes_the_job(
     assert uid_of(kube, "llm-1-0") == "uid-0"  # the first delete failed
     assert uid_of(kube, "llm-1-1") is None  # the second was attempted all the same
     assert len(kube.called("delete_pod")) == 2
-    result = delete(kube, target)
+    result = delete(kube, target, attempt=2)
     assert result == DeleteResult(deleted=["llm-1-0"], already_gone=["llm-1-1"], workload="none")
     assert uid_of(kube, "llm-0-0") == "keep"
 
@@ -203,7 +229,7 @@ def test_a_refused_delete_does_not_stop_the_remaining_deletes() -> None:
     assert "(deleted or gone: llm-1-1)" in message
     # The Workload is left for the retry: a member it owns is still there.
     assert kube.called("delete_workload") == [] and (NS, "wl") in kube.workloads
-    result = delete(kube, target)
+    result = delete(kube, target, attempt=2)
     assert result == DeleteResult(deleted=["llm-1-0"], already_gone=["llm-1-1"], workload="deleted")
 
 
@@ -231,10 +257,10 @@ def test_a_retryable_failure_among_the_deletes_asks_for_a_retry() -> None:
 
 def test_a_replaced_member_is_named_when_another_delete_fails() -> None:
     kube, target = admitted()
-    kube.add_pod(member(1, uid="uid-new"))
+    kube.add_pod(member(1, uid="uid-new"))  # a retry finds it replaced: the deletion began
     kube.fail("delete_pod", Forbidden("delete Pod", status=403))
     with pytest.raises(ApplicationError) as info:
-        delete(kube, target)
+        delete(kube, target, attempt=2)
     assert "(replaced, not touched: llm-1-1)" in str(info.value)
     assert uid_of(kube, "llm-1-1") == "uid-new"
 
@@ -254,7 +280,7 @@ def test_a_failure_midway_leaves_a_retry_to_delete_the_rest() -> None:
         delete(kube, target)
     assert info.value.type == "Unavailable" and not info.value.non_retryable
     assert uid_of(kube, "llm-1-0") is None and uid_of(kube, "llm-1-1") == "uid-1"
-    result = delete(kube, target)
+    result = delete(kube, target, attempt=2)
     assert result == DeleteResult(already_gone=["llm-1-0"], deleted=["llm-1-1"], workload="none")
     assert uid_of(kube, "llm-0-0") == "keep"
 
@@ -265,17 +291,13 @@ def test_a_failure_midway_leaves_a_retry_to_delete_the_rest() -> None:
 def test_settle_verifies_once_the_pods_are_gone_and_the_capacity_released() -> None:
     kube, target = admitted(workload="wl")
     delete(kube, target)
+    kube.calls.clear()
     beats: list[Any] = []
     obs = settle(kube, target, heartbeats=beats)
     assert obs.verdict is Verdict.VERIFIED and obs.polls == 1
     assert obs.reason == "Pods gone, capacity released"
     assert [b.verdict for b in beats] == [Verdict.VERIFIED]
-    assert {c.method for c in kube.calls} <= {
-        "read_pod",
-        "get_workload",
-        "delete_pod",
-        "delete_workload",
-    }
+    assert {c.method for c in kube.calls} <= {"read_pod", "get_workload"}  # reads only
 
 
 def test_settle_holds_while_a_pod_terminates_then_verifies() -> None:

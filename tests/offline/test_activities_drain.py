@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import ActivityEnvironment
 
 from activities import RetirementActivities, polling
 from activities import drain as drain_module
@@ -41,7 +40,7 @@ from retirement.names import LABEL_ELIGIBLE, LABEL_ROUTER
 from retirement.phases import Verdict
 from retirement.readings import SERIES, Sample
 from tests.helpers import model_deployment
-from tests.helpers.activity_env import recording_env
+from tests.helpers.activity_env import attempt_env, recording_env
 from tests.helpers.fake_kube import FakeKube, member_pod, oneshot_stdout
 
 NS = "default"
@@ -89,7 +88,7 @@ def admitted(
     for p in pods or (single(),):
         kube.add_pod(p)
     req = RetirementRequest(namespace=NS, deployment=MD, role="server", ordinal=1)
-    admission: Admission = ActivityEnvironment().run(
+    admission: Admission = attempt_env().run(
         RetirementActivities(kube).admit, AdmitInput(request=req, workflow_id="wf")
     )
     assert admission.target is not None, admission.refusal

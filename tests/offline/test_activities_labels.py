@@ -16,7 +16,6 @@ from typing import Any
 import httpx
 import pytest
 from temporalio.exceptions import ApplicationError
-from temporalio.testing import ActivityEnvironment
 
 from activities import RetirementActivities
 from activities.labels import LABEL_ATTEMPTS
@@ -32,10 +31,10 @@ from retirement.models import (
     RetirementRequest,
     Target,
 )
-from retirement.names import LABEL_ELIGIBLE
+from retirement.names import LABEL_ELIGIBLE, LABEL_INSTANCE
 from retirement.phases import Verdict
 from tests.helpers import eventually, model_deployment
-from tests.helpers.activity_env import recording_env
+from tests.helpers.activity_env import attempt_env, recording_env
 from tests.helpers.fake_kube import FakeKube, member_pod
 
 NS = "default"
@@ -68,7 +67,7 @@ def admitted(
     for p in pods or (single(),):
         kube.add_pod(p)
     req = RetirementRequest(namespace=NS, deployment=MD, role="server", ordinal=1)
-    admission: Admission = ActivityEnvironment().run(
+    admission: Admission = attempt_env().run(
         RetirementActivities(kube).admit, AdmitInput(request=req, workflow_id="wf")
     )
     assert admission.target is not None, admission.refusal
@@ -108,9 +107,7 @@ def writes(kube: FakeKube) -> list[str]:
 
 
 def disqualify(kube: FakeKube, target: Target) -> Observation:
-    obs: Observation = ActivityEnvironment().run(
-        RetirementActivities(kube).disqualify, phase(target)
-    )
+    obs: Observation = attempt_env().run(RetirementActivities(kube).disqualify, phase(target))
     return obs
 
 
@@ -388,11 +385,23 @@ def test_restore_holds_until_its_deadline() -> None:
     assert eligible(kube, "llm-1") is None
 
 
-def test_restore_with_its_deadline_past_touches_nothing() -> None:
+def test_a_restore_attempt_that_starts_past_its_deadline_still_makes_one_whole_pass() -> None:
+    """An attempt that starts late (the API server slow around the abort, a worker
+    restart, queue lag) used to return an empty result at once, which read as "every
+    member back": it puts the label back, reads everything once, and reports what it
+    could not confirm."""
     kube, target = disqualified()
     result = restore(kube, target, seconds=-1)
-    assert result == RestoreResult()
-    assert kube.calls == []
+    assert result.restored == ["llm-1"] and not result.held
+    assert eligible(kube, "llm-1") == "true"
+
+
+def test_a_late_restore_attempt_reports_what_it_could_not_confirm_as_held() -> None:
+    kube, target = disqualified()
+    kube.add_service("llm", selector={LABEL_INSTANCE: MD}, namespace=NS)  # lists nothing yet
+    result = restore(kube, target, seconds=-1)
+    assert result.restored == [] and "llm-1" in result.held
+    assert "service llm does not list it yet" in result.held["llm-1"]
 
 
 def test_restore_skips_a_member_that_was_never_eligible_nor_measured() -> None:
@@ -412,7 +421,7 @@ def test_restore_skips_a_member_that_was_never_eligible_nor_measured() -> None:
         intent=IntentKind.SURPLUS_SHED,
         members=["llm-1-b"],
     )
-    admission: Admission = ActivityEnvironment().run(
+    admission: Admission = attempt_env().run(
         RetirementActivities(kube).admit, AdmitInput(request=req, workflow_id="wf")
     )
     assert admission.target is not None, admission.refusal
@@ -599,7 +608,7 @@ def test_restore_probes_a_surplus_member_of_a_group_even_when_it_is_the_only_tar
         intent=IntentKind.SURPLUS_SHED,
         members=["llm-1-0b"],
     )
-    admission: Admission = ActivityEnvironment().run(
+    admission: Admission = attempt_env().run(
         RetirementActivities(kube).admit, AdmitInput(request=req, workflow_id="wf")
     )
     assert admission.target is not None, admission.refusal

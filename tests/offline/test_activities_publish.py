@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from temporalio.exceptions import ApplicationError
-from temporalio.testing import ActivityEnvironment
 
 from activities import RetirementActivities
 from kube.errors import Forbidden, KubeError, NotFound, Unavailable
@@ -19,6 +18,7 @@ from retirement.models import IntentKind, MemberTarget, PublishInput, Target
 from retirement.names import GROUP, KIND, VERSION
 from retirement.phases import Outcome, Phase
 from tests.helpers import model_deployment
+from tests.helpers.activity_env import attempt_env
 from tests.helpers.fake_kube import FakeKube
 
 NS = "default"
@@ -85,7 +85,7 @@ def cluster(uid: str = "md-uid") -> FakeKube:
 
 
 def publish(kube: FakeKube, inp: PublishInput) -> None:
-    result: None = ActivityEnvironment().run(RetirementActivities(kube).publish, inp)
+    result: None = attempt_env().run(RetirementActivities(kube).publish, inp)
     assert result is None
 
 

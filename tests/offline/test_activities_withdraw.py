@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
-from temporalio.testing import ActivityEnvironment
 
 from activities import RetirementActivities, polling
 from kube.api import ExecResult
@@ -32,7 +31,7 @@ from retirement.models import (
 from retirement.names import LABEL_ELIGIBLE
 from retirement.phases import Verdict
 from tests.helpers import model_deployment
-from tests.helpers.activity_env import recording_env
+from tests.helpers.activity_env import attempt_env, recording_env
 from tests.helpers.fake_kube import FakeKube, member_pod, oneshot_stdout
 
 NS = "default"
@@ -67,7 +66,7 @@ def admitted(router: str | None = None) -> tuple[FakeKube, Target]:
     kube.add_pod(single())
     kube.add_pod(member_pod("llm-0", deployment=MD, ordinal=0, uid="uid-0", ip="198.18.1.10"))
     req = RetirementRequest(namespace=NS, deployment=MD, role="server", ordinal=1)
-    admission: Admission = ActivityEnvironment().run(
+    admission: Admission = attempt_env().run(
         RetirementActivities(kube).admit, AdmitInput(request=req, workflow_id="wf")
     )
     assert admission.target is not None, admission.refusal

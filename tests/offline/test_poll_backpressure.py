@@ -8,12 +8,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from temporalio.testing import ActivityEnvironment
 
 from activities import polling
 from activities.polling import POLL_SHARE, backpressure, poll_until
 from retirement.models import Observation
 from retirement.phases import Verdict
+from tests.helpers.activity_env import attempt_env
 
 
 class Clock:
@@ -48,7 +48,7 @@ def test_poll_until_waits_after_a_slow_poll_as_long_as_it_took(
         return Observation(verdict=Verdict.VERIFIED if done else Verdict.UNKNOWN, reason="r")
 
     deadline = datetime.now(UTC) + timedelta(seconds=300)
-    obs = ActivityEnvironment().run(poll_until, deadline=deadline, interval=1.0, once=once)
+    obs = attempt_env().run(poll_until, deadline=deadline, interval=1.0, once=once)
     assert obs.verdict is Verdict.VERIFIED and obs.polls == 3
     assert waits == [4.0, 1.0]
 
@@ -66,5 +66,5 @@ def test_the_deadline_still_bounds_the_stretched_wait(monkeypatch: pytest.Monkey
         return Observation(verdict=Verdict.UNKNOWN, reason="r")
 
     deadline = datetime.now(UTC) + timedelta(seconds=20)
-    ActivityEnvironment().run(poll_until, deadline=deadline, interval=1.0, once=once)
+    attempt_env().run(poll_until, deadline=deadline, interval=1.0, once=once)
     assert len(waits) == 1 and 0 < waits[0] <= 20.0

@@ -12,12 +12,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from temporalio.testing import ActivityEnvironment
 
 from activities import polling
 from activities.polling import DEFAULT_POLL_SLOTS, limit_polls, poll_slots, poll_until, take_slot
 from retirement.models import Observation
 from retirement.phases import Verdict
+from tests.helpers.activity_env import attempt_env
 from worker.config import WorkerConfig
 
 
@@ -53,7 +53,7 @@ def test_the_polls_of_many_retirements_run_at_most_the_slots_at_once() -> None:
     deadline = datetime.now(UTC) + timedelta(seconds=300)
 
     def one() -> None:
-        ActivityEnvironment().run(poll_until, deadline=deadline, interval=1.0, once=once)
+        attempt_env().run(poll_until, deadline=deadline, interval=1.0, once=once)
 
     threads = [threading.Thread(target=one) for _ in range(6)]
     for t in threads:
@@ -72,7 +72,7 @@ def test_waiting_for_a_slot_heartbeats_the_last_progress() -> None:
     slots = poll_slots()
     assert slots.acquire(timeout=1)  # another retirement's poll holds the only slot
     beats: list[Any] = []
-    env = ActivityEnvironment()
+    env = attempt_env()
     env.on_heartbeat = lambda *d: beats.append(d)
     deadline = datetime.now(UTC) + timedelta(seconds=300)
     timer = threading.Timer(2.5, slots.release)
@@ -89,7 +89,7 @@ def test_at_the_deadline_the_last_poll_is_made_without_a_slot() -> None:
     slots = poll_slots()
     assert slots.acquire(timeout=1)
     past = datetime.now(UTC) - timedelta(seconds=1)
-    held = ActivityEnvironment().run(take_slot, slots, past, None)
+    held = attempt_env().run(take_slot, slots, past, None)
     assert held is False
     slots.release()
 

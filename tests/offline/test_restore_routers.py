@@ -18,7 +18,6 @@ from urllib.parse import unquote
 
 import httpx
 import pytest
-from temporalio.testing import ActivityEnvironment
 
 from activities import RetirementActivities
 from activities.labels import ADD_AGAIN_AFTER_S
@@ -37,6 +36,7 @@ from retirement.models import (
 from retirement.names import LABEL_ELIGIBLE, LABEL_INSTANCE, LABEL_ROUTER
 from retirement.phases import Verdict
 from tests.helpers import model_deployment
+from tests.helpers.activity_env import attempt_env
 from tests.helpers.fake_kube import FakeKube, member_pod
 
 NS = "default"
@@ -149,7 +149,7 @@ def cluster(kind: str, *routers: tuple[str, str]) -> tuple[FakeKube, Target]:
     for name, ip in routers:
         kube.add_pod(router_pod(name, kind, ip))
     req = RetirementRequest(namespace=NS, deployment=MD, role="server", ordinal=1)
-    admission: Admission = ActivityEnvironment().run(
+    admission: Admission = attempt_env().run(
         RetirementActivities(kube).admit, AdmitInput(request=req, workflow_id="wf")
     )
     assert admission.target is not None, admission.refusal
@@ -177,7 +177,7 @@ def restore(
     removals: list[str] | None = None,
     heartbeats: list[Any] | None = None,
 ) -> RestoreResult:
-    env = ActivityEnvironment()
+    env = attempt_env()
     if heartbeats is not None:
         env.on_heartbeat = lambda *d: heartbeats.extend(d)
     acts = RetirementActivities(kube, router_transport=mock)
@@ -187,7 +187,7 @@ def restore(
 
 def withdraw(kube: FakeKube, target: Target, mock: httpx.MockTransport) -> Observation:
     acts = RetirementActivities(kube, router_transport=mock)
-    obs: Observation = ActivityEnvironment().run(acts.withdraw, phase(target, 3.0))
+    obs: Observation = attempt_env().run(acts.withdraw, phase(target, 3.0))
     return obs
 
 
@@ -387,7 +387,7 @@ def test_withdrawal_records_each_removal_it_asked_for_even_while_unverified() ->
         return gw.handle(request)
 
     acts = RetirementActivities(kube, router_transport=httpx.MockTransport(ignore_deletes))
-    obs: Observation = ActivityEnvironment().run(acts.withdraw, phase(target, 0.05))
+    obs: Observation = attempt_env().run(acts.withdraw, phase(target, 0.05))
     assert obs.verdict is Verdict.UNKNOWN
     assert obs.router_removals == [f"uid-router-0|{URL}"]
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import httpx
 import pytest
-from temporalio.testing import ActivityEnvironment
 
 from activities import RetirementActivities
 from activities.recheck import still_withdrawn
@@ -47,6 +46,7 @@ from retirement.names import LABEL_ELIGIBLE, LABEL_INSTANCE, LABEL_ROUTER
 from retirement.phases import Verdict
 from testbed.routers_emulated import EndpointPicker, PatchedRouter, PickerPod, serve
 from tests.helpers import model_deployment
+from tests.helpers.activity_env import attempt_env
 from tests.helpers.fake_kube import FakeKube, member_pod
 
 NS, MD = "default", "llm"
@@ -477,7 +477,7 @@ def admitted(kind: str, ports: list[dict[str, Any]]) -> tuple[FakeKube, Target]:
     kube.add_pod(member_pod("llm-0", deployment=MD, ordinal=0, uid="uid-0", ip=KEPT_IP))
     kube.add_pod(router_pod(kind, ports))
     req = RetirementRequest(namespace=NS, deployment=MD, role="server", ordinal=1)
-    admission: Admission = ActivityEnvironment().run(
+    admission: Admission = attempt_env().run(
         RetirementActivities(kube).admit, AdmitInput(request=req, workflow_id="wf")
     )
     assert admission.target is not None, admission.refusal
@@ -497,7 +497,7 @@ def phase(target: Target, seconds: float, removals: list[str] | None = None) -> 
 
 def withdraw(kube: FakeKube, target: Target, handler: Any, seconds: float = 3.0) -> Observation:
     acts = RetirementActivities(kube, router_transport=httpx.MockTransport(handler))
-    obs: Observation = ActivityEnvironment().run(acts.withdraw, phase(target, seconds))
+    obs: Observation = attempt_env().run(acts.withdraw, phase(target, seconds))
     return obs
 
 
@@ -505,7 +505,7 @@ def restore(
     kube: FakeKube, target: Target, handler: Any, seconds: float = 3.0, **kw: Any
 ) -> RestoreResult:
     acts = RetirementActivities(kube, router_transport=httpx.MockTransport(handler))
-    result: RestoreResult = ActivityEnvironment().run(acts.restore, phase(target, seconds, **kw))
+    result: RestoreResult = attempt_env().run(acts.restore, phase(target, seconds, **kw))
     return result
 
 
@@ -540,7 +540,7 @@ def test_withdrawal_does_not_count_an_answer_across_a_router_restart(patched: No
         return answer
 
     acts = RetirementActivities(kube, router_transport=httpx.MockTransport(handle))
-    env = ActivityEnvironment()
+    env = attempt_env()
     env.on_heartbeat = lambda *d: beats.extend(d)
     obs: Observation = env.run(acts.withdraw, phase(target, 3.0))
     assert obs.verdict is Verdict.VERIFIED

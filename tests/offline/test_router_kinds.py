@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 import pytest
-from temporalio.testing import ActivityEnvironment
 
 from activities import RetirementActivities
 from activities.routers import (
@@ -40,6 +39,7 @@ from retirement.models import (
 from retirement.names import LABEL_ELIGIBLE, LABEL_INSTANCE, LABEL_ROUTER
 from retirement.phases import Verdict
 from tests.helpers import model_deployment
+from tests.helpers.activity_env import attempt_env
 from tests.helpers.fake_kube import FakeKube, member_pod
 
 NS, MD = "default", "llm"
@@ -266,7 +266,7 @@ def admitted(kind: str) -> tuple[FakeKube, Target]:
         }
     )
     req = RetirementRequest(namespace=NS, deployment=MD, role="server", ordinal=1)
-    admission: Admission = ActivityEnvironment().run(
+    admission: Admission = attempt_env().run(
         RetirementActivities(kube).admit, AdmitInput(request=req, workflow_id="wf")
     )
     assert admission.target is not None, admission.refusal
@@ -308,7 +308,7 @@ def test_withdrawal_accepts_a_draining_smg_worker_without_asking() -> None:
     kube, target = admitted("smg")
     smg = Smg({URL: "draining", KEPT_URL: "ready"})
     acts = RetirementActivities(kube, router_transport=httpx.MockTransport(smg.handle))
-    obs: Observation = ActivityEnvironment().run(acts.withdraw, phase(target, 3.0))
+    obs: Observation = attempt_env().run(acts.withdraw, phase(target, 3.0))
     assert obs.verdict is Verdict.VERIFIED, obs.reason
     assert smg.calls == [("GET", "/workers")]
     assert obs.router_removals == []
@@ -322,9 +322,9 @@ def test_the_restore_does_not_take_a_draining_smg_worker_for_selected(
     kube, target = admitted("smg")
     smg = Smg({URL: "draining", KEPT_URL: "ready"})
     acts = RetirementActivities(kube, router_transport=httpx.MockTransport(smg.handle))
-    result: RestoreResult = ActivityEnvironment().run(acts.restore, phase(target, 0.05))
+    result: RestoreResult = attempt_env().run(acts.restore, phase(target, 0.05))
     assert result.restored == []
     assert "HTTP 409" in result.held["llm-1"]
     smg.workers[URL] = "ready"  # dropped, then re-discovered with the label back
-    result = ActivityEnvironment().run(acts.restore, phase(target, 1.0))
+    result = attempt_env().run(acts.restore, phase(target, 1.0))
     assert result.restored == ["llm-1"]

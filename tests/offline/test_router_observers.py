@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 import pytest
-from temporalio.testing import ActivityEnvironment
 
 from activities import withdrawal
 from activities.routers import (
@@ -41,7 +40,8 @@ from retirement.models import (
 )
 from retirement.names import LABEL_INSTANCE, LABEL_ROUTER
 from retirement.phases import Verdict
-from tests.helpers.fake_kube import FakeKube
+from tests.helpers.activity_env import attempt_env
+from tests.helpers.fake_kube import FakeKube, member_pod
 
 BASE = "http://198.18.1.2:30000"
 TARGET_IP = "198.18.1.5"
@@ -457,6 +457,18 @@ def router_pod(
 def cluster(*routers: dict[str, Any], services: dict[str, list[str]] | None = None) -> FakeKube:
     """A fake cluster with the router Pods and Services (name -> listed addresses)."""
     kube = FakeKube()
+    # The admitted member, disqualified (a removal is asked only while it is alive).
+    kube.add_pod(
+        member_pod(
+            "llm-worker-1",
+            deployment=DEPLOYMENT,
+            role="worker",
+            ordinal=1,
+            uid="uid-1",
+            ip=TARGET_IP,
+            eligible=False,
+        )
+    )
     for body in routers:
         kube.add_pod(body)
     for name, addresses in (services or {}).items():
@@ -496,7 +508,7 @@ def run_withdraw(
     heartbeats: list[Any] | None = None,
 ) -> Observation:
     """One poll of ``withdraw`` (the deadline is already past) in an activity context."""
-    env = ActivityEnvironment()
+    env = attempt_env()
     if heartbeats is not None:
         env.on_heartbeat = lambda *details: heartbeats.extend(details)
     inp = PhaseInput(

@@ -597,7 +597,7 @@ async def test_a_redeclared_ordinal_gets_cancel_intent(w: World, outcome: Outcom
 
 
 @pytest.mark.parametrize(
-    "outcome", [Outcome.COMPLETED, Outcome.CAPACITY_RETAINED, Outcome.CANCELLED, Outcome.REFUSED]
+    "outcome", [Outcome.COMPLETED, Outcome.CAPACITY_RETAINED, Outcome.ABANDONED, Outcome.REFUSED]
 )
 async def test_a_finishing_retirement_gets_no_cancel_intent(w: World, outcome: Outcome) -> None:
     """The run is still open (its last mirror write) but its outcome is decided."""

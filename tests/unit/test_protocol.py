@@ -15,18 +15,22 @@ from hypothesis import strategies as st
 from retirement.budgets import Budgets
 from retirement.phases import ORDER, Outcome, Phase, Verdict, abortable
 from retirement.protocol import (
+    ABANDON_AFTER,
+    REASONS_CAP,
     RECHECK_MAX,
     AbortRequested,
     Admitted,
     Answered,
     Cancelled,
     CarryOn,
+    Decision,
     Delete,
     Deleted,
     Event,
     Finish,
     Hold,
     IntentCancelled,
+    NotDeleted,
     Progress,
     Refused,
     Restore,
@@ -36,7 +40,9 @@ from retirement.protocol import (
     StartAttempt,
     Started,
     Woke,
+    capped,
     decide,
+    freshness_bound,
     held,
     recheck_delay,
 )
@@ -46,14 +52,26 @@ BUDGETS = Budgets()
 PHASES = [Phase.DISQUALIFIED, Phase.WITHDRAWING, Phase.DRAINING, Phase.SETTLING]
 
 
-def _event(kind: str, at: datetime, phase: Phase, verdict: Verdict, token: str) -> Event:
+MEMBERS = ("p-1", "p-2")
+
+
+def _event(
+    kind: str, at: datetime, phase: Phase, verdict: Verdict, token: str, age: float
+) -> Event:
+    evidence = at - timedelta(seconds=age)
     table: dict[str, Event] = {
-        "admitted": Admitted(at=at),
+        "admitted": Admitted(at=at, restorable=MEMBERS),
         "refused": Refused(at=at, reason="no"),
-        "answered": Answered(at=at, phase=phase, verdict=verdict, reason="r"),
+        "answered": Answered(at=at, phase=phase, verdict=verdict, reason="r", evidence_at=evidence),
+        "answered-undated": Answered(at=at, phase=phase, verdict=verdict, reason="r"),
         "deleted": Deleted(at=at),
-        "restored": Restored(at=at),
-        "restored-held": Restored(at=at, held=(("p-1", "PodReady is Unknown"),)),
+        "not-deleted": NotDeleted(at=at, verdict=verdict, reason="label back"),
+        "restored": Restored(at=at, restored=MEMBERS),
+        "restored-timed": Restored(at=at, restored=MEMBERS, timed=True),
+        "restored-empty": Restored(at=at),
+        "restored-partial": Restored(at=at, restored=("p-1",)),
+        "restored-gone": Restored(at=at, restored=("p-1",), gone=("p-2",)),
+        "restored-held": Restored(at=at, restored=("p-2",), held=(("p-1", "PodReady is Unknown"),)),
         "woke": Woke(at=at),
         "woke-long": Woke(at=at, history_long=True),
         "abort": AbortRequested(at=at, reason="stop"),
@@ -73,8 +91,14 @@ steps = st.lists(
                 "answered",
                 "answered",
                 "answered",
+                "answered-undated",
                 "deleted",
+                "not-deleted",
                 "restored",
+                "restored-timed",
+                "restored-empty",
+                "restored-partial",
+                "restored-gone",
                 "restored-held",
                 "woke",
                 "woke-long",
@@ -84,38 +108,42 @@ steps = st.lists(
                 "retry",
             ]
         ),
-        st.floats(min_value=0, max_value=200),
+        st.floats(min_value=0, max_value=1200),
         st.sampled_from(PHASES),
         st.sampled_from(list(Verdict)),
         st.sampled_from(["t1", "t2"]),
+        st.floats(min_value=-5, max_value=60),
     ),
     max_size=40,
 )
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=1500, deadline=None)
 @given(steps, st.sampled_from([None, "t1"]))
 def test_invariants_hold_over_arbitrary_event_sequences(
-    seq: list[tuple[str, float, Phase, Verdict, str]], last_token: str | None
+    seq: list[tuple[str, float, Phase, Verdict, str, float]], last_token: str | None
 ) -> None:
     p = Progress(last_consumed_retry_token=last_token)
     d = decide(p, Started(at=T0), budgets=BUDGETS)
     p, now = d.progress, T0
     verified: list[Phase] = []  # VERIFIED answers accepted in this attempt, in order
-    for kind, dt, phase, verdict, token in seq:
+    bound = freshness_bound(BUDGETS)
+    for kind, dt, phase, verdict, token, age in seq:
         now = now + timedelta(seconds=dt)
-        e = _event(kind, now, phase, verdict, token)
+        e = _event(kind, now, phase, verdict, token, age)
         before = p
         d = decide(p, e, budgets=BUDGETS)
         p = d.progress
         if isinstance(e, Answered) and e.verdict is Verdict.VERIFIED and e.phase is before.phase:
             verified.append(e.phase)
-        # No Delete unless withdrawal was VERIFIED and then the drain, in this attempt.
+        # No Delete unless withdrawal was VERIFIED and then the drain, in this attempt...
         if isinstance(d.action, Delete):
             assert Phase.WITHDRAWING in verified and Phase.DRAINING in verified
             assert verified.index(Phase.WITHDRAWING) < verified.index(Phase.DRAINING)
             assert p.withdrawn_at is not None and p.drained_at is not None
             assert p.drained_at >= p.withdrawn_at
+            # ... and no Delete on evidence older than the bound.
+            assert p.idle_read_at is not None and now - p.idle_read_at <= bound
         # UNKNOWN never advances.
         if isinstance(e, Answered) and e.verdict is Verdict.UNKNOWN:
             assert not isinstance(d.action, Delete)
@@ -141,20 +169,43 @@ def test_invariants_hold_over_arbitrary_event_sequences(
                 d.action, Restore | Hold | CarryOn | Finish | StartAttempt
             )
             if isinstance(d.action, Restore):
-                assert before.unrestored and p.outcome is Outcome.ABORTED
+                assert (before.unrestored or before.confirm_at) and p.outcome is Outcome.ABORTED
         if isinstance(d.action, Hold) and d.action.recheck_at is not None:
-            assert p.unrestored and d.action.recheck_at > e.at
-            assert d.action.recheck_at - e.at <= RECHECK_MAX
-        # No abort after the point of no return.
-        if before.phase in (Phase.DELETING, Phase.SETTLING, Phase.COMPLETED):
+            assert p.unrestored or p.confirm_at or p.cancel_intent is not None
+            assert d.action.recheck_at > e.at
+            assert d.action.recheck_at - e.at <= max(RECHECK_MAX, ABANDON_AFTER)
+        # An empty restore is never success: a restorable member the restore did not
+        # confirm back (nor find gone) stays unrestored.
+        if isinstance(e, Restored) and before.restoring:
+            for name in before.restorable:
+                if name not in e.restored and name not in e.gone:
+                    assert name in p.unrestored
+        # A hold never ends with members silently abandoned: it ends CapacityRetained only
+        # once every member is back (and re-read after a confirmation by time), otherwise
+        # Abandoned after the bound, naming them.
+        if isinstance(d.action, Finish) and (held(before) or before.restoring):
+            if d.action.outcome is Outcome.CAPACITY_RETAINED:
+                assert not p.unrestored and not p.confirm_at
+            else:
+                assert d.action.outcome is Outcome.ABANDONED
+                assert p.end_asked_at is not None and now >= p.end_asked_at + ABANDON_AFTER
+                assert all(name in p.reason for name in p.unrestored)
+        # A cancellation (the UI) never ends the retirement: it aborts and holds.
+        if isinstance(e, Cancelled):
+            assert d.action is None and p.outcome is before.outcome
+        # No abort after the point of no return, but for a delete refused before any delete.
+        refused = isinstance(e, NotDeleted) and before.phase is Phase.DELETING
+        if before.phase in (Phase.DELETING, Phase.SETTLING, Phase.COMPLETED) and not refused:
             assert p.phase is not Phase.ABORTED
             assert not isinstance(d.action, Restore)
+            assert p.phase is not Phase.DRAINING
         # Deadlines never pass the overall deadline.
         if p.phase_deadline is not None and p.deadline is not None:
             assert p.phase_deadline <= p.deadline
         # A replayed token never starts an attempt, nor is it queued.
         if isinstance(e, RetryOffered) and e.token == p.last_consumed_retry_token:
             assert p.retry_token == before.retry_token
+        assert len(p.reasons) <= REASONS_CAP
         if isinstance(d.action, StartAttempt):
             assert d.action.token != p.last_consumed_retry_token
             break  # continue-as-new: a fresh Progress for the next attempt
@@ -165,9 +216,10 @@ def test_happy_path_sequence_reaches_delete_then_completed() -> None:
     d = decide(p, Admitted(at=T0), budgets=BUDGETS)
     assert d.action == RunPhase(Phase.DISQUALIFIED)
     for i, phase in enumerate([Phase.DISQUALIFIED, Phase.WITHDRAWING, Phase.DRAINING], 1):
+        at = T0 + timedelta(seconds=i)
         d = decide(
             d.progress,
-            Answered(at=T0 + timedelta(seconds=i), phase=phase, verdict=Verdict.VERIFIED),
+            Answered(at=at, phase=phase, verdict=Verdict.VERIFIED, evidence_at=at),
             budgets=BUDGETS,
         )
     assert isinstance(d.action, Delete)
@@ -221,3 +273,190 @@ def test_held_members_are_rechecked_on_a_backoff_and_a_long_hold_carries_on() ->
     assert d.action == Hold() and not d.progress.unrestored
     d = decide(d.progress, Woke(at=now, history_long=True), budgets=BUDGETS)
     assert d.action == CarryOn()
+
+
+def _drained(evidence_age_s: float, *, acted_after_s: float = 0.0) -> Decision:
+    """An attempt whose drain VERIFIED on an idle read ``evidence_age_s`` old, decided
+    ``acted_after_s`` after the drain answered (a workflow task that ran late)."""
+    p = decide(Progress(), Started(at=T0), budgets=BUDGETS).progress
+    d = decide(p, Admitted(at=T0, restorable=MEMBERS), budgets=BUDGETS)
+    at = T0
+    for phase in (Phase.DISQUALIFIED, Phase.WITHDRAWING, Phase.DRAINING):
+        at += timedelta(seconds=1)
+        d = decide(
+            d.progress,
+            Answered(
+                at=at + timedelta(seconds=acted_after_s if phase is Phase.DRAINING else 0),
+                phase=phase,
+                verdict=Verdict.VERIFIED,
+                evidence_at=at - timedelta(seconds=evidence_age_s),
+            ),
+            budgets=BUDGETS,
+        )
+    return d
+
+
+def test_stale_drain_evidence_is_drained_again_never_deleted_on() -> None:
+    fresh = _drained(0)
+    assert isinstance(fresh.action, Delete)
+    # The workflow task that acts on the drain's answer ran 96 s late (a lagging worker).
+    late = _drained(0, acted_after_s=96)
+    assert late.action == RunPhase(Phase.DRAINING) and late.progress.phase is Phase.DRAINING
+    assert late.progress.drained_at is None and late.progress.idle_read_at is None
+    assert "old" in late.progress.reason and "draining again" in late.progress.reason
+    bound = freshness_bound(BUDGETS).total_seconds()
+    assert isinstance(_drained(bound).action, Delete)
+    assert _drained(bound + 1).action == RunPhase(Phase.DRAINING)
+
+
+def test_a_refused_delete_drains_again_or_aborts_and_a_kept_cancel_intent_acts() -> None:
+    d = _drained(0)
+    at = T0 + timedelta(seconds=5)
+    again = decide(
+        d.progress, NotDeleted(at=at, verdict=Verdict.UNKNOWN, reason="router"), budgets=BUDGETS
+    )
+    assert again.action == RunPhase(Phase.DRAINING) and again.progress.idle_read_at is None
+    failed = decide(
+        d.progress, NotDeleted(at=at, verdict=Verdict.FAILED, reason="label"), budgets=BUDGETS
+    )
+    assert isinstance(failed.action, Restore) and failed.progress.phase is Phase.ABORTED
+    # A cancel-intent that arrived while Deleting ("the deletes finish") acts once the
+    # delete refused before any delete: nothing was deleted, so the replica is kept.
+    told = decide(d.progress, IntentCancelled(at=at, reason="spec re-declares it"), budgets=BUDGETS)
+    refused = decide(
+        told.progress, NotDeleted(at=at, verdict=Verdict.UNKNOWN, reason="x"), budgets=BUDGETS
+    )
+    assert isinstance(refused.action, Restore)
+    done = decide(refused.progress, Restored(at=at, restored=MEMBERS), budgets=BUDGETS)
+    assert done.action == Finish(Outcome.CAPACITY_RETAINED)
+
+
+def _aborted() -> Decision:
+    p = decide(Progress(), Started(at=T0), budgets=BUDGETS).progress
+    p = decide(p, Admitted(at=T0, restorable=MEMBERS), budgets=BUDGETS).progress
+    d = decide(p, AbortRequested(at=T0, reason="stop"), budgets=BUDGETS)
+    d = decide(d.progress, Woke(at=T0), budgets=BUDGETS)
+    assert isinstance(d.action, Restore)
+    return d
+
+
+def test_an_empty_restore_is_never_read_as_every_member_back() -> None:
+    # A restore attempt that started after its deadline and did nothing reports nothing.
+    d = decide(_aborted().progress, Restored(at=T0), budgets=BUDGETS)
+    assert d.progress.unrestored.keys() == set(MEMBERS)
+    assert isinstance(d.action, Hold) and d.action.recheck_at is not None
+    # One confirmed, one gone (nothing to put back): nothing left.
+    d = decide(
+        _aborted().progress, Restored(at=T0, restored=("p-1",), gone=("p-2",)), budgets=BUDGETS
+    )
+    assert not d.progress.unrestored and d.action == Hold()
+
+
+def test_a_cancel_intent_ends_a_hold_only_once_every_member_is_back() -> None:
+    d = decide(_aborted().progress, Restored(at=T0, restored=("p-2",)), budgets=BUDGETS)
+    assert set(d.progress.unrestored) == {"p-1"}
+    d = decide(d.progress, IntentCancelled(at=T0, reason="keep it"), budgets=BUDGETS)
+    assert d.action is None and d.progress.outcome is Outcome.ABORTED
+    now = T0
+    while True:  # the hold keeps putting p-1 back until it is, or the bound passes
+        d = decide(d.progress, Woke(at=now), budgets=BUDGETS)
+        if isinstance(d.action, Hold):
+            assert d.action.recheck_at is not None
+            now = d.action.recheck_at
+            continue
+        assert isinstance(d.action, Restore)
+        if now < T0 + timedelta(minutes=3):
+            d = decide(d.progress, Restored(at=now, restored=("p-2",)), budgets=BUDGETS)
+            assert isinstance(d.action, Hold)
+            now = d.action.recheck_at or now
+            continue
+        break
+    back = decide(d.progress, Restored(at=now, restored=MEMBERS), budgets=BUDGETS)
+    assert back.action == Finish(Outcome.CAPACITY_RETAINED)
+
+
+def test_a_hold_asked_to_end_abandons_members_not_back_after_the_bound_naming_them() -> None:
+    d = decide(_aborted().progress, Restored(at=T0, restored=("p-2",)), budgets=BUDGETS)
+    d = decide(d.progress, IntentCancelled(at=T0, reason="keep it"), budgets=BUDGETS)
+    now = T0
+    for _ in range(100):
+        d = decide(d.progress, Woke(at=now), budgets=BUDGETS)
+        if isinstance(d.action, Hold):
+            assert d.action.recheck_at is not None
+            assert d.action.recheck_at <= T0 + ABANDON_AFTER  # the bound is a wake-up
+            now = d.action.recheck_at
+            continue
+        held_again = (("p-1", "PodReady is False"),)
+        d = decide(
+            d.progress, Restored(at=now, restored=("p-2",), held=held_again), budgets=BUDGETS
+        )
+        if isinstance(d.action, Finish):
+            break
+        assert isinstance(d.action, Hold) and d.action.recheck_at is not None
+        now = d.action.recheck_at
+    assert d.action == Finish(Outcome.ABANDONED, clear=False)
+    assert now >= T0 + ABANDON_AFTER
+    assert "p-1" in d.progress.reason and "p-2" not in d.progress.reason
+
+
+def test_a_restore_confirmed_by_time_reads_the_routers_again_twice() -> None:
+    d = decide(_aborted().progress, Restored(at=T0, restored=MEMBERS, timed=True), budgets=BUDGETS)
+    assert d.progress.confirm_at == [T0 + timedelta(seconds=30), T0 + timedelta(seconds=120)]
+    seen = []
+    for _ in range(2):
+        assert isinstance(d.action, Hold) and d.action.recheck_at is not None
+        now = d.action.recheck_at
+        seen.append(now - T0)
+        d = decide(d.progress, Woke(at=now), budgets=BUDGETS)
+        assert isinstance(d.action, Restore)
+        # smg confirms by time again on each re-read: not planned anew while it holds
+        d = decide(d.progress, Restored(at=now, restored=MEMBERS, timed=True), budgets=BUDGETS)
+    assert seen == [timedelta(seconds=30), timedelta(seconds=120)]
+    assert d.action == Hold() and not d.progress.confirm_at
+    # A cancel-intent during the re-reads waits for them; after them it ends the hold.
+    d2 = decide(_aborted().progress, Restored(at=T0, restored=MEMBERS, timed=True), budgets=BUDGETS)
+    d2 = decide(d2.progress, IntentCancelled(at=T0, reason="keep"), budgets=BUDGETS)
+    assert d2.action is None
+    d2 = decide(d2.progress, Woke(at=T0), budgets=BUDGETS)
+    assert isinstance(d2.action, Hold)
+
+
+def test_a_router_dropping_the_member_at_a_re_read_makes_it_unrestored_again() -> None:
+    d = decide(_aborted().progress, Restored(at=T0, restored=MEMBERS, timed=True), budgets=BUDGETS)
+    now = T0 + timedelta(seconds=30)
+    d = decide(d.progress, Woke(at=now), budgets=BUDGETS)
+    dropped = (("p-1", "label back; router smg-0 does not select it yet"),)
+    d = decide(d.progress, Restored(at=now, restored=("p-2",), held=dropped), budgets=BUDGETS)
+    assert set(d.progress.unrestored) == {"p-1"} and not d.progress.confirm_at
+    assert isinstance(d.action, Hold) and d.action.recheck_at is not None
+
+
+def test_a_ui_cancel_aborts_and_holds_and_drops_a_retry_not_yet_started() -> None:
+    p = decide(Progress(), Started(at=T0), budgets=BUDGETS).progress
+    p = decide(p, Admitted(at=T0, restorable=MEMBERS), budgets=BUDGETS).progress
+    d = decide(p, Cancelled(at=T0), budgets=BUDGETS)
+    assert d.action is None and d.progress.abort_requested == "workflow cancelled"
+    d = decide(d.progress, Woke(at=T0), budgets=BUDGETS)
+    assert isinstance(d.action, Restore)
+    d = decide(d.progress, Restored(at=T0, restored=MEMBERS), budgets=BUDGETS)
+    assert d.action == Hold() and d.progress.outcome is Outcome.ABORTED  # not an end
+    # While held: a retry is accepted, then a cancellation arrives before it started.
+    d = decide(d.progress, RetryOffered(at=T0, token="t9"), budgets=BUDGETS)
+    assert d.progress.retry_token == "t9"
+    p2 = d.progress.model_copy(update={"cancelled": False})  # a new run after carrying on
+    d = decide(p2, Cancelled(at=T0), budgets=BUDGETS)
+    assert d.progress.retry_token is None and "dropped" in d.progress.reason
+    assert decide(d.progress, Woke(at=T0), budgets=BUDGETS).action == Hold()
+
+
+def test_reasons_are_capped_keeping_the_first_and_the_latest() -> None:
+    reasons = [f"r{i}" for i in range(1000)]
+    out = capped(reasons)
+    assert len(out) == REASONS_CAP
+    assert out[:20] == reasons[:20] and out[-1] == "r999"
+    assert out[20].startswith("... ") and "reasons omitted" in out[20]
+    again = capped([*out, "r1000", "r1001"])
+    assert len(again) == REASONS_CAP and again[:20] == reasons[:20]
+    assert again[-1] == "r1001"
+    omitted = int(again[20].split()[1])
+    assert omitted + REASONS_CAP - 1 == 1002

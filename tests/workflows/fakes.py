@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Literal
 
 from temporalio import activity
@@ -25,7 +26,9 @@ from retirement.models import (
 )
 from retirement.phases import Verdict
 
-Behaviour = Literal["verified", "hang", "failed", "unknown", "stubborn"]
+Behaviour = Literal[
+    "verified", "hang", "failed", "unknown", "stubborn", "stale", "refuse", "refuse-failed"
+]
 
 
 def make_target(
@@ -66,6 +69,10 @@ class FakeWorld:
     admissions: int = 0
     #: How many restore runs still find the members not qualifying (held).
     restores_held: int = 0
+    #: How many restore runs still do nothing at all (an attempt that started too late).
+    restores_empty: int = 0
+    #: How many delete runs still refuse (``refuse``/``refuse-failed``) before deleting.
+    refusals: int = 1
     #: How many snapshots were published when the last restore began.
     published_before_restore: int = -1
     started: dict[str, asyncio.Event] = field(default_factory=dict)
@@ -80,16 +87,31 @@ class FakeWorld:
         mode = self.behaviour.get(name, "verified")
         if mode == "verified":
             return Observation(
-                verdict=Verdict.VERIFIED, reason=f"{name} ok", readings={"m": f"{name} reading"}
+                verdict=Verdict.VERIFIED,
+                reason=f"{name} ok",
+                readings={"m": f"{name} reading"},
+                # The time-skipping server's clock, as the workflow's: read "now".
+                evidence_at=activity.info().current_attempt_scheduled_time,
             )
         if mode == "failed":
             return Observation(verdict=Verdict.FAILED, reason=f"{name} definite fault")
+        if mode == "stale":  # the idle read the verdict rests on is a minute old
+            self.behaviour[name] = "verified"
+            return Observation(
+                verdict=Verdict.VERIFIED,
+                reason=f"{name} ok",
+                evidence_at=activity.info().current_attempt_scheduled_time - timedelta(minutes=1),
+            )
         if mode == "unknown":
             return Observation(verdict=Verdict.UNKNOWN, reason=f"{name} budget exhausted")
         if mode == "stubborn":  # a synchronous step that never heartbeats: deaf to a cancel
             await asyncio.shield(asyncio.sleep(1.5))
             self.calls.append(f"{name} ended")
-            return Observation(verdict=Verdict.VERIFIED, reason=f"{name} ok")
+            return Observation(
+                verdict=Verdict.VERIFIED,
+                reason=f"{name} ok",
+                evidence_at=activity.info().current_attempt_scheduled_time,
+            )
         while True:  # hang until cancelled, heartbeating like the real pollers
             activity.heartbeat()
             await asyncio.sleep(0.05)
@@ -127,8 +149,14 @@ class FakeWorld:
     async def delete(self, inp: PhaseInput) -> DeleteResult:
         self.calls.append("delete")
         self.started_event("delete").set()
-        if self.behaviour.get("delete") == "hang":
+        mode = self.behaviour.get("delete")
+        if mode == "hang":
             await asyncio.sleep(1.0)  # long enough for a test to try an abort meanwhile
+        if mode in ("refuse", "refuse-failed") and self.refusals > 0:
+            self.refusals -= 1
+            verdict = Verdict.FAILED if mode == "refuse-failed" else Verdict.UNKNOWN
+            reason = "label re-added by someone else" if mode == "refuse-failed" else "router"
+            return DeleteResult(refused=Observation(verdict=verdict, reason=reason))
         return DeleteResult(deleted=[m.pod for m in inp.target.members], workload="none")
 
     @activity.defn(name="restore")
@@ -138,6 +166,9 @@ class FakeWorld:
         self.started_event("restore").set()
         if self.behaviour.get("restore") == "hang":
             await asyncio.sleep(1.0)  # long enough for a test to cancel meanwhile
+        if self.restores_empty > 0:  # started past its deadline: reports nothing
+            self.restores_empty -= 1
+            return RestoreResult()
         if self.restores_held > 0:  # the member does not qualify yet (PodReady Unknown)
             self.restores_held -= 1
             return RestoreResult(held={m.pod: "PodReady is Unknown" for m in inp.target.members})

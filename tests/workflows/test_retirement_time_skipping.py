@@ -15,7 +15,6 @@ import pytest
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
-    WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
@@ -87,12 +86,28 @@ async def start(client: Client, queue: str, req: RetirementRequest) -> WorkflowH
     )
 
 
-async def cancel_and_wait(handle: WorkflowHandle) -> None:  # type: ignore[type-arg]
-    """Cancel a held retirement and wait for it to end while its worker still runs, so no
-    activity is left pending (a pending one would stall the next test's time skipping)."""
-    await handle.cancel()
-    with pytest.raises(WorkflowFailureError):
-        await handle.result()
+async def end_held(handle: WorkflowHandle) -> RetirementState:  # type: ignore[type-arg]
+    """End a retirement the way the watcher does when the intent goes away (cancel-intent:
+    a running one aborts and restores, a held one ends once every member is back) and wait
+    for its result while its worker still runs, so no activity is left pending (a pending
+    one would stall the next test's time skipping).  A cancellation would keep it held."""
+    await handle.signal(RetirementWorkflow.cancel_intent, CancelIntent(reason="test over"))
+    st: RetirementState = await asyncio.wait_for(handle.result(), 60)
+    assert st.outcome in (Outcome.CAPACITY_RETAINED, Outcome.COMPLETED), st.outcome
+    return st
+
+
+async def wait_held(handle: WorkflowHandle, timeout: float = 20.0) -> RetirementState:  # type: ignore[type-arg]
+    """Query until the retirement holds (aborted, the restore done)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        st: RetirementState = await handle.query(RetirementWorkflow.state)
+        if st.outcome is Outcome.ABORTED and not st.restoring:
+            return st
+        if loop.time() > end:
+            raise AssertionError(f"not held: {st.phase}/{st.outcome}")
+        await asyncio.sleep(0.05)
 
 
 async def record(handle: WorkflowHandle) -> None:  # type: ignore[type-arg]
@@ -123,7 +138,8 @@ async def wait_phase(
 
 async def test_happy_path(world_worker: tuple[Client, FakeWorld, str]) -> None:
     client, world, queue = world_worker
-    handle = await start(client, queue, request())
+    req = request()
+    handle = await start(client, queue, req)
     st: RetirementState = await handle.result()
     assert st.outcome is Outcome.COMPLETED
     assert st.phase is Phase.COMPLETED
@@ -137,7 +153,8 @@ async def test_happy_path(world_worker: tuple[Client, FakeWorld, str]) -> None:
         Phase.COMPLETED,
     ]
     assert world.calls == ["admit", "disqualify", "withdraw", "drain", "delete", "settle"]
-    assert (st.deleted is not None and st.deleted.deleted == ["md-server-1"]) or st.deleted
+    assert st.deleted is not None
+    assert st.deleted.deleted == [f"{req.deployment}-server-1"] and st.deleted.refused is None
     assert world.published[-1].clear and world.published[-1].phase is Phase.COMPLETED
     desc = await handle.describe()
     sa = {k.name: v for k, v in ((p.key, p.value) for p in desc.typed_search_attributes)}
@@ -181,7 +198,7 @@ async def test_phase_budget_exhausted(
         assert "delete" in world.calls and "restore" not in world.calls
     else:
         assert st.outcome is Outcome.ABORTED or st.phase is Phase.ABORTED
-        await cancel_and_wait(handle)
+        await end_held(handle)
         assert "delete" not in world.calls and "restore" in world.calls
         assert st.history[-1].furthest_phase is phase
     assert any("budget exhausted" in r for r in st.reasons), st.reasons
@@ -209,7 +226,7 @@ async def test_drain_held_then_aborted_at_drain_budget_with_real_300s_budget(
     assert 240 <= drain_len <= 240 + 6, drain_len
     # Bounded cost: the early-UNKNOWN fake is re-run on a 5 s timer, never past the deadline.
     assert world.calls.count("drain") <= 240 / 5 + 2
-    await cancel_and_wait(handle)
+    await end_held(handle)
 
 
 async def test_overall_budget_bounds_every_phase(
@@ -226,7 +243,7 @@ async def test_overall_budget_bounds_every_phase(
     assert st.history[-1].ended_at <= st.deadline + timedelta(seconds=1)
     assert (st.deadline - st.phase_timeline[0][1]).total_seconds() == 60  # from admission
     assert "delete" not in world.calls
-    await cancel_and_wait(handle)
+    await end_held(handle)
 
 
 @pytest.mark.parametrize("phase_activity", ["disqualify", "withdraw", "drain"])
@@ -247,36 +264,35 @@ async def test_abort_before_deleting(
         await handle.signal(RetirementWorkflow.abort_signal, AbortRequest(reason="oncall"))
     else:
         await handle.cancel()
+    # Each way aborts the same way and holds, the replica kept (SPEC section 7): a
+    # cancellation does not end the workflow, so the watcher does not start it again.
+    st = await wait_phase(handle, Phase.ABORTED, Outcome.ABORTED)
+    st = await wait_held(handle)
+    assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
     if how == "cancel":
-        with pytest.raises(WorkflowFailureError):
-            await handle.result()
-        desc = await handle.describe()
-        assert desc.status is WorkflowExecutionStatus.CANCELED
-        st: RetirementState = await handle.query(RetirementWorkflow.state)
-        assert st.outcome is Outcome.CANCELLED
-    else:
-        st = await wait_phase(handle, Phase.ABORTED, Outcome.ABORTED)
-        await cancel_and_wait(handle)
+        assert st.cancelled and "workflow cancelled" in " ".join(st.reasons)
+    await end_held(handle)
     assert "restore" in world.calls and "delete" not in world.calls
     assert world.published[-1].phase is Phase.ABORTED
     await record(handle)
 
 
-async def test_cancel_during_the_restore_still_ends_cancelled(
+async def test_cancel_during_the_restore_is_kept_and_the_retirement_holds(
     world_worker: tuple[Client, FakeWorld, str],
 ) -> None:
-    """A cancellation that arrives while a shielded step (the restore) runs is not lost."""
+    """A cancellation that arrives while a shielded step (the restore) runs is not lost:
+    it is noted, the restore finishes, and the retirement holds with the replica kept."""
     client, world, queue = world_worker
     world.behaviour["drain"] = "failed"
     world.behaviour["restore"] = "hang"
     handle = await start(client, queue, request())
     await asyncio.wait_for(world.started_event("restore").wait(), 10)
     await handle.cancel()
-    with pytest.raises(WorkflowFailureError):
-        await asyncio.wait_for(handle.result(), 20)
-    desc = await handle.describe()
-    assert desc.status is WorkflowExecutionStatus.CANCELED
-    assert "delete" not in world.calls and world.published[-1].clear
+    st = await wait_held(handle)
+    assert st.cancelled and any("cancelled while aborting" in r for r in st.reasons)
+    assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
+    assert "delete" not in world.calls and not world.published[-1].clear
+    await end_held(handle)
 
 
 async def test_abort_refused_once_deleting_began(
@@ -312,7 +328,7 @@ async def test_abort_update_validator_rejects_bad_input(
         await handle.execute_update("retry", {"token": "bad token with spaces"})
     st: RetirementState = await handle.query(RetirementWorkflow.state)
     assert st.phase is Phase.DRAINING and st.abort_requested is None  # left no trace
-    await cancel_and_wait(handle)
+    await end_held(handle)
 
 
 async def test_retry_replay_ignored_and_new_token_starts_fresh_attempt(
@@ -353,7 +369,7 @@ async def test_retry_signal_on_running_retirement_is_ignored(
     await handle.signal(RetirementWorkflow.retry_signal, RetryRequest(token="x9"))
     st: RetirementState = await handle.query(RetirementWorkflow.state)
     assert st.phase is Phase.DRAINING and st.attempt == 1
-    await cancel_and_wait(handle)
+    await end_held(handle)
 
 
 @pytest.mark.parametrize("when", ["draining", "held"])
@@ -389,7 +405,7 @@ async def test_second_start_for_same_deployment_is_refused(
     # that cancels an activity in the task where that activity completes (sdk-java#2391;
     # the real server accepts it, see test_operating_on_dev_server).
     await asyncio.wait_for(world.started_event("drain").wait(), 10)
-    await cancel_and_wait(handle)
+    await end_held(handle)
 
 
 async def test_admission_refusal_touches_nothing(
@@ -423,7 +439,7 @@ async def test_failed_verdict_aborts_now(world_worker: tuple[Client, FakeWorld, 
     st = await wait_phase(handle, Phase.ABORTED, Outcome.ABORTED)
     assert any("drain failed" in r for r in st.reasons)
     assert "delete" not in world.calls
-    await cancel_and_wait(handle)
+    await end_held(handle)
 
 
 async def test_replay_recorded_histories() -> None:
@@ -464,7 +480,7 @@ async def test_held_members_are_restored_once_they_qualify(
     shown = [p.reason for p in world.published if p.outcome is Outcome.ABORTED]
     assert any(r.startswith("not yet back in service") for r in shown), shown
     assert shown[-1] == "every member that qualifies is back in service", shown
-    await cancel_and_wait(handle)
+    await end_held(handle)
 
 
 async def eventually_held_restored(
@@ -491,7 +507,7 @@ async def test_a_long_hold_continued_as_new_resumes_held(
     world.restores_held = 1
     first = await start(client, queue, request())
     held = await wait_phase(first, Phase.ABORTED, Outcome.ABORTED, timeout=30)
-    await cancel_and_wait(first)
+    await end_held(first)
     assert held.unrestored
     carried = held.carried_request()
     world.calls.clear()
@@ -532,7 +548,7 @@ async def test_the_mirror_never_delays_the_restore(
     st = await wait_phase(handle, Phase.ABORTED, Outcome.ABORTED, timeout=30)
     assert st.restored is not None and st.restored.restored
     if publish == "failed":
-        await cancel_and_wait(handle)
+        await end_held(handle)
         return
     for _ in range(200):  # the queue drains in order afterwards
         if len(world.published) >= 5:
@@ -545,7 +561,7 @@ async def test_the_mirror_never_delays_the_restore(
         Phase.DRAINING,
         Phase.ABORTED,
     ]
-    await cancel_and_wait(handle)
+    await end_held(handle)
 
 
 # ---------------------------------------------------------------- with the real activities
@@ -611,7 +627,7 @@ async def test_an_unlabelled_surplus_member_is_shed_not_held() -> None:
                 handle = await start(env.client, queue, req)
                 st = await until_ended(handle, timeout=60)
                 if st.outcome is not Outcome.COMPLETED:
-                    await cancel_and_wait(handle)
+                    await end_held(handle)
                 assert (st.phase, st.outcome) == (Phase.COMPLETED, Outcome.COMPLETED), st.reasons
                 assert st.target is not None and st.target.measured == ("llm-1-b",)
                 assert st.deleted is not None and st.deleted.deleted == ["llm-1-b"]
@@ -634,3 +650,95 @@ async def until_ended(handle: WorkflowHandle, *, timeout: float) -> RetirementSt
         if loop.time() > end:
             raise AssertionError(f"still {st.phase}/{st.outcome}: {st.reasons}")
         await asyncio.sleep(0.1)
+
+
+async def test_a_delete_refused_by_its_last_guard_drains_again_then_deletes(
+    world_worker: tuple[Client, FakeWorld, str],
+) -> None:
+    client, world, queue = world_worker
+    world.behaviour["delete"] = "refuse"  # once: a router selects the victim again
+    handle = await start(client, queue, request())
+    st: RetirementState = await asyncio.wait_for(handle.result(), 30)
+    assert st.outcome is Outcome.COMPLETED
+    assert world.calls == [
+        "admit", "disqualify", "withdraw", "drain", "delete", "drain", "delete", "settle"
+    ]  # fmt: skip
+    phases = [p for p, _ in st.phase_timeline]
+    assert phases[3:7] == [Phase.DRAINING, Phase.DELETING, Phase.DRAINING, Phase.DELETING]
+    assert any("delete refused: router" in r and "draining again" in r for r in st.reasons)
+    await record(handle)
+
+
+async def test_a_delete_refused_on_a_definite_fault_aborts_and_keeps_the_replica(
+    world_worker: tuple[Client, FakeWorld, str],
+) -> None:
+    client, world, queue = world_worker
+    world.behaviour["delete"] = "refuse-failed"  # the label was put back meanwhile
+    handle = await start(client, queue, request())
+    st = await wait_held(handle)
+    assert st.phase is Phase.ABORTED and st.deleted is None
+    assert world.calls[-2:] == ["delete", "restore"]
+    assert "delete refused: label re-added by someone else" in " ".join(st.reasons)
+    await end_held(handle)
+    await record(handle)
+
+
+async def test_drain_evidence_stale_when_acted_on_is_read_again(
+    world_worker: tuple[Client, FakeWorld, str],
+) -> None:
+    client, world, queue = world_worker
+    world.behaviour["drain"] = "stale"  # its idle read is a minute old
+    handle = await start(client, queue, request())
+    st: RetirementState = await asyncio.wait_for(handle.result(), 30)
+    assert st.outcome is Outcome.COMPLETED
+    assert world.calls.count("drain") == 2 and world.calls.count("delete") == 1
+    assert any("old" in r and "draining again" in r for r in st.reasons)
+
+
+async def test_a_restore_that_did_nothing_holds_the_members_and_puts_them_back_later(
+    world_worker: tuple[Client, FakeWorld, str],
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    """A restore attempt that started after its deadline reported nothing: not "every
+    member back" but every member still to put back, evaluated again while held."""
+    client, world, queue = world_worker
+    world.behaviour["drain"] = "failed"
+    world.restores_empty = 1
+    req = request()
+    handle = await start(client, queue, req)
+    st = await wait_held(handle)
+    member = f"{req.deployment}-server-1"
+    assert member in st.unrestored and "did not reach it" in st.unrestored[member]
+    await time_skipping_env.sleep(timedelta(seconds=10))
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 20
+    while (st := await handle.query(RetirementWorkflow.state)).unrestored or st.restoring:
+        assert loop.time() < end, st.unrestored
+        await time_skipping_env.sleep(timedelta(seconds=5))
+    assert world.calls.count("restore") == 2
+    await end_held(handle)
+
+
+async def test_a_cancel_while_the_mirror_flushes_before_a_retry_keeps_the_hold(
+    world_worker: tuple[Client, FakeWorld, str],
+) -> None:
+    """A retry token ends a hold by continuing as new once the mirror has flushed; a
+    cancellation that arrives during that flush is decided on first (it drops the retry),
+    never swallowed: the retirement stays held in the same run."""
+    client, world, queue = world_worker
+    world.behaviour["drain"] = "failed"
+    handle = await start(client, queue, request())
+    await wait_held(handle)
+    run_id = (await handle.describe()).run_id
+    world.behaviour["publish"] = "hang"  # each snapshot takes 2 s
+    await handle.signal(RetirementWorkflow.retry_signal, RetryRequest(token="t-1"))
+    await asyncio.sleep(0.5)  # the retry was accepted; the flush is under way
+    await handle.cancel()
+    await asyncio.sleep(5)
+    world.behaviour.pop("publish")
+    st: RetirementState = await handle.query(RetirementWorkflow.state)
+    assert (await handle.describe()).run_id == run_id  # not continued as new
+    assert st.attempt == 1 and st.retry_token is None and st.outcome is Outcome.ABORTED
+    assert any("retry token 't-1' dropped" in r for r in st.reasons)
+    assert world.admissions == 1
+    await end_held(handle)
