@@ -27,6 +27,7 @@ from cli.main import main as retire_cli
 from retirement.phases import Outcome, Phase
 from testbed.paths import venv_bin
 from tests.helpers import eventually_async
+from tests.helpers.retirements import end_retirement
 from tests.workflows.fakes import FakeWorld
 from tests.workflows.test_operating_on_dev_server import running, start, until
 from workflows.mirror import SEARCH_ATTRIBUTES
@@ -62,7 +63,7 @@ async def test_status_as_a_page_json_and_yaml(
     assert as_json["phase"] == "Draining" and as_json["request"]["ordinal"] == 1
     assert await asyncio.to_thread(cli, dev_env, "status", ref, "-o", "yaml") == 0
     assert yaml.safe_load(capsys.readouterr().out)["workflow_id"] == handle.id
-    await handle.cancel()
+    await end_retirement(handle)
 
 
 async def test_watch_follows_a_retirement_until_it_completes(
@@ -95,7 +96,7 @@ async def test_watch_stops_with_3_when_the_retirement_holds(
     assert "holds: it needs a retry or a cancel-intent" in captured.err
     assert "Aborted (Aborted)" in captured.out and f"retire retry {ref}" in captured.out
     await until(handle, Phase.ABORTED, Outcome.ABORTED)
-    await handle.cancel()
+    await end_retirement(handle)
 
 
 async def test_errors_are_one_line_with_their_exit_code(

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -20,6 +20,7 @@ from retirement.models import AbortRequest, RetirementRequest, RetirementState, 
 from retirement.phases import Outcome, Phase
 from testbed.paths import venv_bin
 from tests.helpers import eventually_async
+from tests.helpers.retirements import end_retirement
 from tests.workflows.fakes import FakeWorld
 from workflows import story
 from workflows.options import HEARTBEAT_THROTTLE
@@ -176,25 +177,26 @@ async def test_abort_and_retry_with_the_project_cli(
     assert st.phase is Phase.ABORTED and st.attempt == 1
     assert await asyncio.to_thread(cli, dev_env, "status", ref, "-o", "json") == 0
     assert '"phase": "Aborted"' in capsys.readouterr().out
-    await handle.cancel()
+    await end_retirement(handle)
 
 
-async def test_cancellation_racing_admission_ends_cancelled_with_nothing_touched(
+async def test_cancellation_racing_admission_aborts_and_holds_with_nothing_touched(
     running: tuple[Client, FakeWorld, str],
 ) -> None:
     """Cancelled the moment it starts: the cancel may reach the workflow in the very task in
     which admission completes.  The real server accepts that (the time-skipping server
-    wedges on it, sdk-java#2391); the retirement ends cancelled, nothing deleted."""
+    wedges on it, sdk-java#2391); the retirement aborts and holds (a cancellation keeps
+    the replica, SPEC section 7), nothing deleted, the workflow still running."""
     client, world, queue = running
     handles = [await start(client, queue) for _ in range(5)]
     await asyncio.gather(*(h.cancel() for h in handles))
     for h in handles:
-        with pytest.raises(WorkflowFailureError):
-            await asyncio.wait_for(h.result(), 30)
-        st = await h.query(RetirementWorkflow.state)
-        assert st.outcome is Outcome.CANCELLED, st
-        assert st.deleted is None
+        st = await until(h, Phase.ABORTED, Outcome.ABORTED)
+        assert st.cancelled and st.deleted is None
+        assert (await h.describe()).status is WorkflowExecutionStatus.RUNNING
     assert "delete" not in world.calls
+    for h in handles:
+        await end_retirement(h)
 
 
 @pytest.mark.parametrize("how", ["abort", "cancel"])
@@ -213,15 +215,15 @@ async def test_restore_waits_for_a_cancelled_phase_activity_to_stop(
         st = await until(handle, Phase.ABORTED, Outcome.ABORTED)
     else:
         await handle.cancel()
-        with pytest.raises(WorkflowFailureError):
-            await handle.result()
+        st = await until(handle, Phase.ABORTED, Outcome.ABORTED)
+    while st.restoring or st.restored is None:
+        await asyncio.sleep(0.05)
         st = await handle.query(RetirementWorkflow.state)
     calls = world.calls
     assert "restore" in calls and "disqualify ended" in calls, calls
     assert calls.index("disqualify ended") < calls.index("restore"), calls
     assert st.restored is not None
-    if how == "abort":
-        await handle.cancel()
+    await end_retirement(handle)
 
 
 async def test_the_ui_tells_the_story(running: tuple[Client, FakeWorld, str]) -> None:
@@ -243,7 +245,7 @@ async def test_the_ui_tells_the_story(running: tuple[Client, FakeWorld, str]) ->
     assert "**Aborted** (Aborted)" in now, now
     assert "Held, replica kept and serving" in now and "retire retry ops/" in now, now
     assert "drain failed" in now, now
-    await handle.cancel()
+    await end_retirement(handle)
 
 
 async def test_retire_list_shows_running_and_held_retirements(
@@ -278,9 +280,9 @@ async def test_retire_list_shows_running_and_held_retirements(
     out = capsys.readouterr().out
     row = next(x for x in out.splitlines() if x.startswith(running.id.removeprefix("retirement/")))
     assert row.split()[2:4] == ["Draining", "Running"] and row.split()[5] == "in", row
-    await running.cancel()
+    await end_retirement(running)
     assert await asyncio.to_thread(cli, dev_env, "list", "--in", "elsewhere") == 0
     assert ref not in capsys.readouterr().out
     assert await asyncio.to_thread(cli, dev_env, "list", "--in", "Not_A_Namespace") == 2
     assert "not a Kubernetes namespace" in capsys.readouterr().err
-    await held.cancel()
+    await end_retirement(held)

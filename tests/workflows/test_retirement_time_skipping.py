@@ -40,6 +40,7 @@ from testbed.paths import venv_bin
 from tests.conftest import register_search_attributes
 from tests.helpers import model_deployment
 from tests.helpers.fake_kube import FakeKube, member_pod, oneshot_stdout
+from tests.helpers.retirements import end_retirement
 from tests.workflows.fakes import FakeWorld
 from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow
@@ -84,17 +85,6 @@ async def start(client: Client, queue: str, req: RetirementRequest) -> WorkflowH
         task_queue=queue,
         result_type=RetirementState,
     )
-
-
-async def end_held(handle: WorkflowHandle) -> RetirementState:  # type: ignore[type-arg]
-    """End a retirement the way the watcher does when the intent goes away (cancel-intent:
-    a running one aborts and restores, a held one ends once every member is back) and wait
-    for its result while its worker still runs, so no activity is left pending (a pending
-    one would stall the next test's time skipping).  A cancellation would keep it held."""
-    await handle.signal(RetirementWorkflow.cancel_intent, CancelIntent(reason="test over"))
-    st: RetirementState = await asyncio.wait_for(handle.result(), 60)
-    assert st.outcome in (Outcome.CAPACITY_RETAINED, Outcome.COMPLETED), st.outcome
-    return st
 
 
 async def wait_held(handle: WorkflowHandle, timeout: float = 20.0) -> RetirementState:  # type: ignore[type-arg]
@@ -198,7 +188,7 @@ async def test_phase_budget_exhausted(
         assert "delete" in world.calls and "restore" not in world.calls
     else:
         assert st.outcome is Outcome.ABORTED or st.phase is Phase.ABORTED
-        await end_held(handle)
+        await end_retirement(handle)
         assert "delete" not in world.calls and "restore" in world.calls
         assert st.history[-1].furthest_phase is phase
     assert any("budget exhausted" in r for r in st.reasons), st.reasons
@@ -226,7 +216,7 @@ async def test_drain_held_then_aborted_at_drain_budget_with_real_300s_budget(
     assert 240 <= drain_len <= 240 + 6, drain_len
     # Bounded cost: the early-UNKNOWN fake is re-run on a 5 s timer, never past the deadline.
     assert world.calls.count("drain") <= 240 / 5 + 2
-    await end_held(handle)
+    await end_retirement(handle)
 
 
 async def test_overall_budget_bounds_every_phase(
@@ -243,7 +233,7 @@ async def test_overall_budget_bounds_every_phase(
     assert st.history[-1].ended_at <= st.deadline + timedelta(seconds=1)
     assert (st.deadline - st.phase_timeline[0][1]).total_seconds() == 60  # from admission
     assert "delete" not in world.calls
-    await end_held(handle)
+    await end_retirement(handle)
 
 
 @pytest.mark.parametrize("phase_activity", ["disqualify", "withdraw", "drain"])
@@ -271,7 +261,7 @@ async def test_abort_before_deleting(
     assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
     if how == "cancel":
         assert st.cancelled and "workflow cancelled" in " ".join(st.reasons)
-    await end_held(handle)
+    await end_retirement(handle)
     assert "restore" in world.calls and "delete" not in world.calls
     assert world.published[-1].phase is Phase.ABORTED
     await record(handle)
@@ -292,7 +282,7 @@ async def test_cancel_during_the_restore_is_kept_and_the_retirement_holds(
     assert st.cancelled and any("cancelled while aborting" in r for r in st.reasons)
     assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
     assert "delete" not in world.calls and not world.published[-1].clear
-    await end_held(handle)
+    await end_retirement(handle)
 
 
 async def test_abort_refused_once_deleting_began(
@@ -328,7 +318,7 @@ async def test_abort_update_validator_rejects_bad_input(
         await handle.execute_update("retry", {"token": "bad token with spaces"})
     st: RetirementState = await handle.query(RetirementWorkflow.state)
     assert st.phase is Phase.DRAINING and st.abort_requested is None  # left no trace
-    await end_held(handle)
+    await end_retirement(handle)
 
 
 async def test_retry_replay_ignored_and_new_token_starts_fresh_attempt(
@@ -369,7 +359,7 @@ async def test_retry_signal_on_running_retirement_is_ignored(
     await handle.signal(RetirementWorkflow.retry_signal, RetryRequest(token="x9"))
     st: RetirementState = await handle.query(RetirementWorkflow.state)
     assert st.phase is Phase.DRAINING and st.attempt == 1
-    await end_held(handle)
+    await end_retirement(handle)
 
 
 @pytest.mark.parametrize("when", ["draining", "held"])
@@ -405,7 +395,7 @@ async def test_second_start_for_same_deployment_is_refused(
     # that cancels an activity in the task where that activity completes (sdk-java#2391;
     # the real server accepts it, see test_operating_on_dev_server).
     await asyncio.wait_for(world.started_event("drain").wait(), 10)
-    await end_held(handle)
+    await end_retirement(handle)
 
 
 async def test_admission_refusal_touches_nothing(
@@ -439,7 +429,7 @@ async def test_failed_verdict_aborts_now(world_worker: tuple[Client, FakeWorld, 
     st = await wait_phase(handle, Phase.ABORTED, Outcome.ABORTED)
     assert any("drain failed" in r for r in st.reasons)
     assert "delete" not in world.calls
-    await end_held(handle)
+    await end_retirement(handle)
 
 
 async def test_replay_recorded_histories() -> None:
@@ -480,7 +470,7 @@ async def test_held_members_are_restored_once_they_qualify(
     shown = [p.reason for p in world.published if p.outcome is Outcome.ABORTED]
     assert any(r.startswith("not yet back in service") for r in shown), shown
     assert shown[-1] == "every member that qualifies is back in service", shown
-    await end_held(handle)
+    await end_retirement(handle)
 
 
 async def eventually_held_restored(
@@ -507,7 +497,7 @@ async def test_a_long_hold_continued_as_new_resumes_held(
     world.restores_held = 1
     first = await start(client, queue, request())
     held = await wait_phase(first, Phase.ABORTED, Outcome.ABORTED, timeout=30)
-    await end_held(first)
+    await end_retirement(first)
     assert held.unrestored
     carried = held.carried_request()
     world.calls.clear()
@@ -548,7 +538,7 @@ async def test_the_mirror_never_delays_the_restore(
     st = await wait_phase(handle, Phase.ABORTED, Outcome.ABORTED, timeout=30)
     assert st.restored is not None and st.restored.restored
     if publish == "failed":
-        await end_held(handle)
+        await end_retirement(handle)
         return
     for _ in range(200):  # the queue drains in order afterwards
         if len(world.published) >= 5:
@@ -561,7 +551,7 @@ async def test_the_mirror_never_delays_the_restore(
         Phase.DRAINING,
         Phase.ABORTED,
     ]
-    await end_held(handle)
+    await end_retirement(handle)
 
 
 # ---------------------------------------------------------------- with the real activities
@@ -627,7 +617,7 @@ async def test_an_unlabelled_surplus_member_is_shed_not_held() -> None:
                 handle = await start(env.client, queue, req)
                 st = await until_ended(handle, timeout=60)
                 if st.outcome is not Outcome.COMPLETED:
-                    await end_held(handle)
+                    await end_retirement(handle)
                 assert (st.phase, st.outcome) == (Phase.COMPLETED, Outcome.COMPLETED), st.reasons
                 assert st.target is not None and st.target.measured == ("llm-1-b",)
                 assert st.deleted is not None and st.deleted.deleted == ["llm-1-b"]
@@ -679,7 +669,7 @@ async def test_a_delete_refused_on_a_definite_fault_aborts_and_keeps_the_replica
     assert st.phase is Phase.ABORTED and st.deleted is None
     assert world.calls[-2:] == ["delete", "restore"]
     assert "delete refused: label re-added by someone else" in " ".join(st.reasons)
-    await end_held(handle)
+    await end_retirement(handle)
     await record(handle)
 
 
@@ -716,7 +706,7 @@ async def test_a_restore_that_did_nothing_holds_the_members_and_puts_them_back_l
         assert loop.time() < end, st.unrestored
         await time_skipping_env.sleep(timedelta(seconds=5))
     assert world.calls.count("restore") == 2
-    await end_held(handle)
+    await end_retirement(handle)
 
 
 async def test_a_cancel_while_the_mirror_flushes_before_a_retry_keeps_the_hold(
@@ -741,4 +731,4 @@ async def test_a_cancel_while_the_mirror_flushes_before_a_retry_keeps_the_hold(
     assert st.attempt == 1 and st.retry_token is None and st.outcome is Outcome.ABORTED
     assert any("retry token 't-1' dropped" in r for r in st.reasons)
     assert world.admissions == 1
-    await end_held(handle)
+    await end_retirement(handle)

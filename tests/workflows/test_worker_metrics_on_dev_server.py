@@ -17,6 +17,7 @@ from connection.client import connect
 from connection.settings import ConnectionSettings
 from retirement.phases import Outcome, Phase
 from tests.helpers import eventually_async
+from tests.helpers.retirements import end_retirement
 from tests.workflows.fakes import FakeWorld
 from tests.workflows.test_operating_on_dev_server import start, until
 from worker.telemetry import runtime_serving_metrics
@@ -86,4 +87,4 @@ async def test_the_worker_serves_sdk_and_retirement_metrics(dev_env: WorkflowEnv
             x for x in text.splitlines() if x.startswith("retire_retirements_held{") and ref in x
         )
         assert held_line.endswith(" 1"), held_line
-        await held.cancel()
+        await end_retirement(held)
