@@ -59,10 +59,10 @@ class Claim:
         heartbeat_timeout_s: float | None,
         expires_in_s: float | None = None,
         started_ago_s: float = 0.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
     ) -> None:
-        self._clock = clock
-        now = clock()
+        self._clock = clock if clock is not None else monotonic
+        now = self._clock()
         #: The longest gap between heartbeats that keeps the claim (None: no heartbeat
         #: timeout, the claim is bounded by the attempt's other timeouts only).
         self.max_gap_s = (
@@ -102,6 +102,11 @@ class _Attempt:
     #: The details last heartbeated (at first, those an earlier attempt left): a bare
     #: heartbeat sends them again, so it never wipes what a retry resumes from.
     details: tuple[Any, ...] = ()
+
+
+def monotonic() -> float:
+    """The claims' clock (a test moves it to make a call take long without waiting)."""
+    return time.monotonic()
 
 
 _current: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar("claim", default=None)

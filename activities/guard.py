@@ -13,10 +13,11 @@ It confirms once more, reading only:
   admitted Pod, not terminating, without the eligibility label; no EndpointSlice lists a
   target; every router Pod, terminating ones included, answers fresh and selects none.
 
-A definite conflict (the label put back, a member gone or replaced, the spec declaring the
-ordinal again, the deployment re-created) is FAILED: the retirement aborts.  Anything not
-confirmed (a stale reading, a read that failed, a router that still selects a target) is
-UNKNOWN: the workflow drains again.  Either way nothing was deleted.
+The members are read first (the most specific reason).  A definite conflict (the label
+put back, a member gone, replaced or terminating, the spec declaring the ordinal again,
+the deployment re-created) is FAILED: the retirement aborts.  Anything not confirmed (a
+stale reading, a read that failed, a router that still selects a target) is UNKNOWN: the
+workflow drains again.  Either way nothing was deleted.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from datetime import UTC, datetime
 
 import httpx
 
+from activities.labels_off import labels_still_off
 from activities.recheck import still_withdrawn
 from activities.routers import TIMEOUT_S
 from kube.api import KubeApi
@@ -43,6 +45,11 @@ def refusal(
     stale = _stale(inp)
     if stale:
         return Observation(verdict=Verdict.UNKNOWN, reason=stale)
+    members = labels_still_off(api, inp.target)  # first: the most specific reason
+    if members.verdict is not Verdict.VERIFIED:
+        return Observation(
+            verdict=members.verdict, reason=members.reason, readings=members.readings
+        )
     try:
         vanished = _intent_gone(api, inp.target)
     except KubeError as e:

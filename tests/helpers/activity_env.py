@@ -21,16 +21,15 @@ def attempt_env(**info: Any) -> ActivityEnvironment:
     ``info`` replaces fields of it."""
     env = ActivityEnvironment()
     now = datetime.now(UTC)
-    env.info = replace(
-        env.info,
-        started_time=now,
-        scheduled_time=now,
-        current_attempt_scheduled_time=now,
-        heartbeat_timeout=HEARTBEAT,
-        start_to_close_timeout=timedelta(minutes=5),
-        schedule_to_close_timeout=None,
-        **info,
-    )
+    fields: dict[str, Any] = {
+        "started_time": now,
+        "scheduled_time": now,
+        "current_attempt_scheduled_time": now,
+        "heartbeat_timeout": HEARTBEAT,
+        "start_to_close_timeout": timedelta(minutes=5),
+        "schedule_to_close_timeout": None,
+    }
+    env.info = replace(env.info, **(fields | info))
     return env
 
 
