@@ -10,7 +10,12 @@
   deployment twice at once, requeues a failed one with a back-off, and brings a refused
   intent back when its back-off ends.
 - ``workers`` coroutines reconcile one deployment each (``Reconciler.reconcile_key``),
-  only after every informer has synced (a half-filled cache would read Pods as missing).
+  only after every informer has synced (a half-filled cache would read Pods as missing)
+  and the running set has been read from visibility once (an empty set would read every
+  running retirement as absent: its intent started again and refused, its members'
+  labels left alone until it is read).  If the first ``FIRST_REFRESH_TRIES`` visibility
+  queries all fail, the workers start without it: each reconcile then asks Temporal what
+  it must (a retry annotation, a label to put on, a start).
 - Every ``refresh_s`` the running set is refreshed from Temporal's visibility (one paged
   query, whatever the fleet's size), and the deployments whose retirement started or
   ended are queued; every ``resync_s`` every deployment is queued (a safety net: the
@@ -39,6 +44,8 @@ from watcher.workqueue import WorkQueue
 log = logging.getLogger("retire-watcher")
 
 RESOURCES: tuple[Resource, ...] = ("modeldeployments", "pods")
+#: Failed visibility queries after which the workers start without the running set.
+FIRST_REFRESH_TRIES = 3
 
 
 @dataclass
@@ -96,8 +103,16 @@ class Controller:
         if stop.is_set():
             return
         log.info("caches synced: %d deployments", len(self.rec.fleet.deployments))
-        tasks = [asyncio.create_task(self._worker()) for _ in range(self.workers)]
-        tasks += [asyncio.create_task(self._refresher()), asyncio.create_task(self._resyncer())]
+        first = asyncio.Event()  # the first visibility query answered (or kept failing)
+        tasks = [asyncio.create_task(self._refresher(first))]
+        while not first.is_set() and not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(first.wait(), 0.5)
+        if first.is_set():
+            if self.rec.running.refreshes:
+                log.info("running retirements read: %d", len(self.rec.running.running))
+            tasks += [asyncio.create_task(self._worker()) for _ in range(self.workers)]
+            tasks.append(asyncio.create_task(self._resyncer()))
         await asyncio.to_thread(stop.wait)
         self.queue.close()
         for t in tasks:
@@ -155,14 +170,24 @@ class Controller:
                 if again is not None:
                     self.queue.add_after(key, again + 0.01)
 
-    async def _refresher(self) -> None:
+    async def _refresher(self, first: asyncio.Event) -> None:
+        """Refresh the running set every ``refresh_s``; ``first`` is set once a refresh
+        answered, or after ``FIRST_REFRESH_TRIES`` failed (the workers wait for it)."""
+        failed = 0
         while True:
             started = time.monotonic()
             try:
                 changed = await self.rec.refresh_running()
             except Exception as e:
                 log.warning("visibility refresh failed: %s: %s", type(e).__name__, e)
+                failed += 1
+                if failed >= FIRST_REFRESH_TRIES and not first.is_set():
+                    log.warning(
+                        "visibility failed %d times: reconciling without the running set", failed
+                    )
+                    first.set()
             else:
+                first.set()
                 for key in changed:
                     self.queue.add(key)
                 if self.unreachable_streak == 0 and all(i.healthy for i in self.informers):

@@ -368,8 +368,12 @@ class Reconciler:
         intents = derive_intents(roles, [view_of(p) for p in pods])
         self.metrics.intents_seen.inc(len(intents))
         wid = workflow_id_for(namespace=ns, deployment=name)
-        asked = self.running.may_run(key)  # then Temporal is asked now, not the cache
-        state = await self._running_state(key, wid, md, pods)
+        # A retry annotation is answered from Temporal itself, never from the cached running
+        # set alone: the set is a hint that may not know of a retirement yet (before the
+        # first visibility query after a start or a failover, or one started a moment ago).
+        ask = _wants_retry(md)
+        asked = ask or self.running.may_run(key)  # then Temporal is asked now, not the cache
+        state = await self._running_state(key, wid, md, pods, ask=ask)
         await self._retry_annotation(md, state)
         active: Active | None = None
         if state is not None:
@@ -389,12 +393,12 @@ class Reconciler:
     # ------------------------------------------------------------ Temporal
 
     async def _running_state(
-        self, key: Key, wid: str, md: ModelDeployment, pods: list[Pod]
+        self, key: Key, wid: str, md: ModelDeployment, pods: list[Pod], *, ask: bool = False
     ) -> RetirementState | None:
-        """The state of the running retirement, or None.  Temporal is asked only when the
-        running set says one may run; a run that ended since it was last looked at is read
-        once (``_examine``)."""
-        if not self.running.may_run(key):
+        """The state of the running retirement, or None.  Temporal is asked when the
+        running set says one may run, or when ``ask`` (the cached set may not know of it
+        yet); a run that ended since it was last looked at is read once (``_examine``)."""
+        if not ask and not self.running.may_run(key):
             return None
         handle = self.temporal.get_workflow_handle(wid)
         self.metrics.temporal_calls.labels(call="describe").inc()
@@ -786,6 +790,19 @@ def _vanished(md: ModelDeployment, pods: list[Pod], state: RetirementState) -> s
     if state.outcome is Outcome.RUNNING and not abortable(state.phase):
         return ""  # the deletes are under way: its Pods go because of it
     return intent_refusal(md, pods, req)
+
+
+def _wants_retry(md: ModelDeployment) -> bool:
+    """Whether ``md`` carries a valid ``retirement-retry`` annotation (one to deliver or
+    ignore; an invalid one only gets its Event and asks Temporal nothing)."""
+    value = md.annotations.get(ANNOTATION_RETRY)
+    if value is None:
+        return False
+    try:
+        parse_retry_annotation(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _depends_on(

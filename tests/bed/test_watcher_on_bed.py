@@ -246,6 +246,42 @@ async def test_retry_annotation_fresh_attempt_replay_and_malformed(wctx: WatchCt
     assert len(await runs(wctx.client, wid)) == 2  # the original run and its continuation
 
 
+async def test_a_retry_annotation_set_while_no_watcher_runs_is_delivered_at_its_start(
+    wctx: WatchCtx,
+) -> None:
+    """A retirement holds after an abort; the annotation is set while the watcher is down;
+    the watcher that starts takes it to the held retirement.  Before, its first reconciles
+    ran before its first visibility query, read "no retirement runs" and posted
+    RetryAnnotationIgnored, clearing the annotation: the token was lost."""
+    name = "retrystart"
+    _victim, hub = await held_victim(wctx, name, running=2)
+    first = wctx.watcher(name="watcher-first")
+    scale(wctx, name, 1)
+    await until_state(wctx, name, lambda st: st.phase is Phase.DRAINING)
+    wid = workflow_id_for(namespace=wctx.ns, deployment=name)
+    h = wctx.client.get_workflow_handle(wid, result_type=RetirementState)
+    await h.execute_update(RetirementWorkflow.abort, AbortRequest(reason="on-call"))
+    await until_state(wctx, name, lambda st: st.outcome is Outcome.ABORTED and not st.restoring)
+    first.stop(timeout=10)
+    wctx.watchers.remove(first)
+    annotate(wctx, name, "server:1:t1")
+    wctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"clear": True})  # the retry can finish
+    wctx.watcher(name="watcher-second")
+    st = await until_state(
+        wctx,
+        name,
+        lambda st: st.attempt == 2 or st.last_consumed_retry_token == "t1",
+        timeout=60,
+    )
+    assert st.attempt == 2 and st.last_consumed_retry_token == "t1", (st.attempt, st.reasons)
+    await bed_read(lambda: annotation(wctx, name) is None, what="annotation cleared")
+    seen = events(wctx, name)
+    assert "RetryAnnotationIgnored" not in seen, seen["RetryAnnotationIgnored"]
+    assert seen.get("RetryDelivered", "").startswith("token t1: Accept"), seen
+    final: RetirementState = await asyncio.wait_for(h.result(), 60)
+    assert final.outcome is Outcome.COMPLETED and final.attempt == 2, final.reasons
+
+
 async def test_watcher_killed_mid_retirement_no_duplicate(wctx: WatchCtx) -> None:
     name = "killed"
     _victim, hub = await held_victim(wctx, name, running=1)

@@ -417,6 +417,33 @@ async def test_a_restarted_watcher_never_relabels_a_running_retirements_member()
     assert [c.name for c in w.temporal.called("query")] == ["state"]
 
 
+async def test_the_workers_reconcile_only_after_the_first_visibility_query_answered(
+    running: Callable[..., Awaitable[Running]],
+) -> None:
+    """A started (or failed-over) watcher reads which retirements run before it reconciles
+    anything: with an empty running set its first reconciles took every running retirement
+    for absent (retry annotations ignored and cleared, the intent started again and
+    refused).  The first two visibility queries fail here: nothing is reconciled until one
+    answers, then the held retirement is read, not started again."""
+    w = make_world()
+    add_md(w, replicas=1)
+    add_replicas(w, [0])
+    add_replicas(w, [1], eligible=False)
+    w.temporal.running(request(1), outcome=Outcome.ABORTED, phase=Phase.ABORTED)
+    w.temporal.fail("list_workflows", rpc_error(), times=2)
+    reconciles_at_list: list[float] = []
+    w.temporal.on(
+        "list_workflows",
+        lambda _: reconciles_at_list.append(w.metric("retire_watcher_reconcile_seconds_count")),
+    )
+    r = await running(w)
+    await until(lambda: w.temporal.called("query"), "the held retirement read")
+    await until(lambda: r.health.ready, "ready")
+    assert reconciles_at_list[:3] == [0, 0, 0]  # two failed queries, then the one answered
+    assert w.starts() == []  # never started again behind the held one
+    assert w.metric("retire_watcher_starts_refused_total", reason="already-running") == 0
+
+
 async def test_a_deleted_deployment_leaves_no_pending_series() -> None:
     """The gauges of a deleted deployment go with it (an alert on pending intents would
     otherwise fire for a deployment that no longer exists)."""

@@ -32,6 +32,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from kube.errors import Conflict, Forbidden, KubeError, Unavailable
+from kube.objects import Pod
 from retirement.budgets import Budgets
 from retirement.models import (
     CancelIntent,
@@ -50,6 +51,7 @@ from tests.helpers import eventually_async, model_deployment, role
 from tests.helpers.fake_kube import FakeKube, member_pod
 from tests.helpers.fake_temporal import FakeTemporal, TemporalCall, rpc_error
 from tests.workflows.fakes import FakeWorld
+from watcher.fleet import decode_deployment
 from watcher.metrics import WatcherMetrics
 from watcher.reconcile import Reconciler, WatcherSettings
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
@@ -579,6 +581,46 @@ async def test_the_annotation_clear_is_bound_to_the_version_read(w: World) -> No
     await w.pass_()
     assert len(w.updates()) == 1
     assert ANNOTATION_RETRY not in w.annotations()
+
+
+def cache_without_refresh(w: World) -> None:
+    """Fill the reconciler's cache as the informers do, and never refresh the running set
+    (a watcher just started or failed over, before its first visibility query)."""
+    entries = [d for d in map(decode_deployment, w.kube.deployments.values()) if d]
+    w.rec.fleet.replace_deployments(entries)
+    w.rec.fleet.replace_pods(Pod.from_raw(p) for p in w.kube.pods.values())
+
+
+async def test_a_retry_annotation_read_before_the_first_visibility_query_is_delivered(
+    w: World,
+) -> None:
+    """The running set is empty until the first visibility query: a retry annotation
+    reconciled before it is answered from Temporal itself (describe, then the state), so
+    the held retirement takes the token instead of the annotation being ignored and
+    cleared (found: a watcher started or failed over dropped every pending annotation)."""
+    add_md(w, replicas=2, annotations={ANNOTATION_RETRY: "server:2:t1"})
+    add_replicas(w, range(3))
+    held(w)
+    cache_without_refresh(w)
+    assert w.rec.running.refreshes == 0 and not w.rec.running.may_run((NS, MD))
+    await w.rec.reconcile_key((NS, MD))
+    assert w.events("RetryAnnotationIgnored") == []
+    (update,) = w.updates()
+    assert (update.workflow_id, update.name, update.arg) == (WID, "retry", RetryRequest(token="t1"))
+    assert [e["message"] for e in w.events("RetryDelivered")] == ["token t1: Accept"]
+    assert w.temporal.latest(WID).state.retry_token == "t1"
+    assert ANNOTATION_RETRY not in w.annotations()
+    assert w.starts() == []  # the held retirement was read: it keeps the slot
+    assert w.temporal.called("list_workflows") == []
+
+
+async def test_an_invalid_retry_annotation_asks_temporal_nothing(w: World) -> None:
+    add_md(w, replicas=2, annotations={ANNOTATION_RETRY: "server:two:t1"})
+    add_replicas(w, range(2))
+    cache_without_refresh(w)
+    await w.rec.reconcile_key((NS, MD))
+    assert [e["reason"] for e in w.events()] == ["RetryAnnotationInvalid"]
+    assert w.temporal.calls == []
 
 
 # ---------------------------------------------------------------- cancel-intent
