@@ -32,6 +32,7 @@ from testbed.bed import Bed
 from tests.bed.conftest import create_md
 from tests.bed.test_retirement_on_bed import Ctx, pods_of, retire_routerless, scale
 from tests.helpers import eventually_async, eventually_in_thread, model_deployment
+from tests.helpers.retirements import end_retirement
 from worker.build import build_worker
 from worker.config import parser
 from workflows.mirror import SA_OUTCOME, SA_PHASE
@@ -145,7 +146,7 @@ async def test_many_drains_at_once_on_one_worker_all_complete(fleet: Ctx) -> Non
         # End whatever still runs or holds, so no activity outlives the test's worker.
         for h in handles:
             with contextlib.suppress(Exception):
-                await h.cancel()
+                await end_retirement(h, timeout=120)
     failed = "\n".join(
         f"{n}: {st.outcome}: " + " | ".join(st.reasons[-4:])
         for n, st in zip(names, results, strict=True)

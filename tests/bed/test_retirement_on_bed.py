@@ -28,6 +28,7 @@ from retirement.phases import Outcome, Phase
 from testbed.bed import ROUTERS
 from tests.bed.conftest import Ctx, create_md
 from tests.helpers import eventually, eventually_async, eventually_in_thread, model_deployment
+from tests.helpers.retirements import end_retirement
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
 
 pytestmark = [pytest.mark.bed, pytest.mark.asyncio(loop_scope="session")]
@@ -101,9 +102,12 @@ async def retire(
     name: str,
     ordinal: int,
     budgets: Budgets = SHORT,
+    *,
+    queue: str | None = None,
 ) -> WorkflowHandle[Any, RetirementState]:
     """Scale the spec below ``ordinal`` (admission refuses a replica the spec declares),
-    then start its retirement directly, as the watcher would."""
+    then start its retirement directly, as the watcher would (on ``queue``, by default the
+    test's worker's)."""
     scale(ctx, name, ordinal)
     req = RetirementRequest(
         namespace=ctx.ns, deployment=name, role="server", ordinal=ordinal, budgets=budgets
@@ -112,7 +116,7 @@ async def retire(
         RetirementWorkflow.run,
         req,
         id=workflow_id_for(namespace=ctx.ns, deployment=name),
-        task_queue=ctx.queue,
+        task_queue=queue or ctx.queue,
         result_type=RetirementState,
         search_attributes=initial_search_attributes(req),
     )
@@ -183,10 +187,10 @@ async def wait_for_outcome(
     return await until(handle, lambda st: st.outcome is outcome)
 
 
-async def finish(handle: WorkflowHandle[Any, RetirementState]) -> None:
-    await handle.cancel()
-    with pytest.raises(Exception):  # noqa: B017 - cancelled: WorkflowFailureError
-        await handle.result()
+async def finish(handle: WorkflowHandle[Any, RetirementState]) -> RetirementState:
+    """End a held (or running) retirement while the test's worker runs: cancel-intent (a
+    cancellation would keep it held); a held one ends once every member is back."""
+    return await end_retirement(handle, timeout=120)
 
 
 @pytest.mark.parametrize("engine", ["vLLM", "SGLang"])
