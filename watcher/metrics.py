@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 class WatcherMetrics:
     """Intents seen, started, refused by reason, pending, backing off; watch restarts and
     events; reconciles and their duration; Temporal RPCs by call; the queue's depth;
-    deployments whose reconcile failed (by error type); the last healthy pass."""
+    deployments whose reconcile failed (by error type); the last healthy pass; terminated
+    retirements read (by what they left unlabelled)."""
 
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
@@ -80,6 +81,16 @@ class WatcherMetrics:
             registry=r,
         )
         self.leader = Gauge("retire_watcher_is_leader", "1 while this watcher leads", registry=r)
+        self.terminated = Counter(
+            "retire_watcher_retirements_terminated",
+            "Retirements read as terminated (restore skipped), by the admitted members left "
+            "without the eligibility label: none, single (the watcher relabels them), group "
+            "(a person must act)",
+            ["left_unlabelled"],
+            registry=r,
+        )
+        for left in ("none", "single", "group"):  # every series from 0: increase() sees the 1st
+            self.terminated.labels(left_unlabelled=left)
 
 
 @dataclass

@@ -6,7 +6,10 @@ crash or a restart loses nothing.  Per deployment it:
 1. reads what runs; a retirement that ended since the last pass is read once, and a
    refusal (admission refused it) is remembered with its reason, what it depended on (the
    deployment's UID and generation, the intent, the replica's Pods) and a back-off (30 s
-   doubling to 10 min); a change of what it depended on ends the back-off;
+   doubling to 10 min); a change of what it depended on ends the back-off.  A run that was
+   terminated skipped its restore and its last mirror write: its ``status.retirement`` is
+   cleared (only while it names that run) and a ``RetirementTerminated`` Warning Event
+   names the admitted members it left without the eligibility label;
 2. delivers a valid ``retirement-retry`` annotation to the running retirement (then clears
    it); a malformed one gets a Warning Event and has no other effect;
 3. tells a running or held retirement whose intent went away to end (cancel-intent): its
@@ -45,7 +48,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from kube.api import KubeApi
 from kube.deployment import MalformedDeployment, ModelDeployment, Role, parse_deployment
-from kube.errors import KubeError, NotFound
+from kube.errors import Conflict, KubeError, NotFound
 from kube.events import MESSAGE_CAP, post_event
 from kube.members import LabelChange, set_eligibility
 from kube.objects import ObjectRef, Pod, pod_ready
@@ -59,6 +62,7 @@ from retirement.models import (
     RetirementState,
     RetryRequest,
     RouterlessPolicy,
+    Target,
     workflow_id_for,
 )
 from retirement.names import (
@@ -84,6 +88,9 @@ from workflows import story
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
 
 log = logging.getLogger("retire-watcher")
+
+#: How long the state of a terminated run is waited for (a worker replays its history).
+TERMINATED_QUERY_TIMEOUT = timedelta(seconds=5)
 
 
 @dataclass(frozen=True)
@@ -410,11 +417,11 @@ class Reconciler:
                 return None
             raise
         if desc.status is not WorkflowExecutionStatus.RUNNING:
-            if (
-                desc.status is WorkflowExecutionStatus.COMPLETED
-                and self._examined.get(wid) != desc.run_id
-            ):
-                await self._examine(wid, desc.run_id, md, pods)
+            if self._examined.get(wid) != desc.run_id:
+                if desc.status is WorkflowExecutionStatus.COMPLETED:
+                    await self._examine(wid, desc.run_id, md, pods)
+                elif desc.status is WorkflowExecutionStatus.TERMINATED:
+                    await self._terminated(wid, desc.run_id, md, pods)
             self.running.not_running(key)
             return None
         self.running.started(key, wid)
@@ -449,6 +456,113 @@ class Reconciler:
             _depends_on(md, pods, req.intent, req.role, req.ordinal, req.members),
             reason,
             metric="admission",
+        )
+
+    async def _terminated(
+        self, wid: str, run_id: str, md: ModelDeployment, pods: list[Pod]
+    ) -> None:
+        """The run ``run_id`` was terminated: its restore and its last mirror write were
+        skipped.  Clear ``status.retirement`` while it names that run, and post one
+        Warning Event naming the admitted members it left without the eligibility label:
+        single members get it back from this watcher's label repair; members of a group
+        need the identity probe, which the watcher cannot run, so a person must act.
+        Raises (and is read again on the next reconcile) when the status could not be
+        written."""
+        final = await self._terminated_state(wid, run_id)
+        target = final.target if final is not None else None
+        mirrored, cleared = await self._clear_mirror(wid, run_id, md, target)
+        single, group = _left_unlabelled(md, pods, target, mirrored)
+        left = "group" if group else "single" if single else "none"
+        role = final.request.role if final is not None else str(mirrored.get("roleName", "?"))
+        ordinal = (
+            str(final.request.ordinal)
+            if final is not None
+            else str(mirrored.get("replicaOrdinal", "?"))
+        )
+        message = _terminated_message(
+            wid,
+            run_id,
+            md=md,
+            replica=f"{role}:{ordinal}",
+            cleared=cleared,
+            single=single,
+            group=group,
+            source="" if final is not None else "status.retirement" if mirrored else "nothing",
+        )
+        posted = self._event(
+            md.ref, "RetirementTerminated", message, f"{wid}|{run_id}", warning=True
+        )
+        self._examined[wid] = run_id
+        if posted:  # counted once per run, even when a restarted watcher reads it again
+            self.metrics.terminated.labels(left_unlabelled=left).inc()
+            log.warning("%s/%s: %s", md.namespace, md.name, message)
+
+    async def _terminated_state(self, wid: str, run_id: str) -> RetirementState | None:
+        """The last state of the terminated run (a worker replays its history to answer),
+        or None when it cannot be read (no worker answers in time, a history an earlier
+        build wrote): ``status.retirement`` is read instead."""
+        handle = self.temporal.get_workflow_handle(wid, run_id=run_id)
+        self.metrics.temporal_calls.labels(call="query").inc()
+        try:
+            state: RetirementState = await handle.query(
+                RetirementWorkflow.state, rpc_timeout=TERMINATED_QUERY_TIMEOUT
+            )
+        except Exception as e:
+            log.warning(
+                "%s: the state of terminated run %s cannot be read (%s: %s): "
+                "reading status.retirement instead",
+                wid,
+                run_id,
+                type(e).__name__,
+                _one_line(e),
+            )
+            return None
+        return state
+
+    async def _clear_mirror(
+        self, wid: str, run_id: str, md: ModelDeployment, target: Target | None
+    ) -> tuple[dict[str, Any], bool]:
+        """Remove ``status.retirement`` if it still mirrors the terminated run ``run_id``:
+        it names ``wid``, the deployment is the one the run admitted (its UID), and no
+        newer run of ``wid`` exists (asked after the read, so a newer run's status is
+        never taken for this one's).  The status subresource's merge patch carries the
+        version read and the admitted UID as preconditions: a write in between is a
+        Conflict, and the whole check is made again.  Returns what ``status.retirement``
+        said when read, and whether it was removed."""
+        admitted_uid = target.deployment_uid if target is not None else ""
+        for _ in range(3):
+            try:
+                raw = self.kube.get_deployment(namespace=md.namespace, name=md.name)
+            except NotFound:
+                return {}, False
+            mirrored = _retirement_status(raw)
+            meta = raw.get("metadata") or {}
+            if mirrored.get("workflowID") != wid:
+                return {}, False  # not this workflow's (or already cleared)
+            if admitted_uid and meta.get("uid") != admitted_uid:
+                return {}, False  # re-created since: the status is another run's
+            self.metrics.temporal_calls.labels(call="describe").inc()
+            latest = await self.temporal.get_workflow_handle(wid).describe()
+            if latest.run_id != run_id:
+                return {}, False  # a newer run: the status may be its own
+            precondition: dict[str, Any] = {"resourceVersion": meta.get("resourceVersion")}
+            if admitted_uid:
+                precondition["uid"] = admitted_uid
+            try:
+                self.kube.patch_deployment_status(
+                    namespace=md.namespace,
+                    name=md.name,
+                    patch={"metadata": precondition, "status": {"retirement": None}},
+                )
+            except NotFound:
+                return mirrored, False
+            except Conflict:
+                continue  # written in between (or re-created): read and check again
+            return mirrored, True
+        raise Conflict(
+            f"clear status.retirement of ModelDeployment {md.namespace}/{md.name}",
+            status=409,
+            reason="Conflict",
         )
 
     def _refuse(self, key: RefusalKey, depends_on: Hashable, reason: str, *, metric: str) -> None:
@@ -637,8 +751,9 @@ class Reconciler:
 
     def _event(
         self, about: ObjectRef, reason: str, message: str, key: str, *, warning: bool = False
-    ) -> None:
-        post_event(
+    ) -> bool:
+        """Post the Event once; False when it had already been posted."""
+        return post_event(
             self.kube,
             about=about,
             tag="watch",
@@ -790,6 +905,93 @@ def _vanished(md: ModelDeployment, pods: list[Pod], state: RetirementState) -> s
     if state.outcome is Outcome.RUNNING and not abortable(state.phase):
         return ""  # the deletes are under way: its Pods go because of it
     return intent_refusal(md, pods, req)
+
+
+def _retirement_status(raw: Any) -> dict[str, Any]:
+    """``status.retirement`` of a raw ModelDeployment ({} when absent or not a mapping)."""
+    status = raw.get("status") if isinstance(raw, dict) else None
+    mirrored = status.get("retirement") if isinstance(status, dict) else None
+    return dict(mirrored) if isinstance(mirrored, dict) else {}
+
+
+def _left_unlabelled(
+    md: ModelDeployment, pods: list[Pod], target: Target | None, mirrored: dict[str, Any]
+) -> tuple[list[Pod], list[Pod]]:
+    """The admitted members a terminated run left without the eligibility label, as
+    (single members, members of a group).  The admitted members are the run's target's
+    (those its restore would have put back), else the UIDs ``status.retirement`` lists;
+    a Pod that is gone or terminating is left out."""
+    if target is not None:
+        restorable = set(target.restorable())
+        uids = {m.uid for m in target.members if m.pod in restorable}
+        role_name, size = target.role, target.size
+    else:
+        listed = mirrored.get("targetMemberUIDs")
+        uids = (
+            {u for u in listed if isinstance(u, str) and u} if isinstance(listed, list) else set()
+        )
+        role_name, size = str(mirrored.get("roleName", "")), None
+    if size is None:
+        declared = md.role(role_name)
+        size = declared.size if declared is not None else None
+    single: list[Pod] = []
+    group: list[Pod] = []
+    for p in sorted(pods, key=lambda p: p.name):
+        if p.uid not in uids or p.terminating or p.labels.get(LABEL_ELIGIBLE) == "true":
+            continue
+        grouped = in_group(size=size, member_index=p.labels.get(LABEL_MEMBER_INDEX))
+        (group if grouped else single).append(p)
+    return single, group
+
+
+def _terminated_message(
+    wid: str,
+    run_id: str,
+    *,
+    md: ModelDeployment,
+    replica: str,
+    cleared: bool,
+    single: list[Pod],
+    group: list[Pod],
+    source: str,
+) -> str:
+    """What the ``RetirementTerminated`` Event says: what was skipped, which members are
+    without the label, and what happens to them or what a person should do.  ``source``:
+    where the admitted members were read when the run's state could not be ("" when it
+    could; "nothing" when neither says)."""
+    parts = [
+        f"{wid} (run {run_id}, replica {replica}) was terminated: its restore was skipped"
+        + ("; status.retirement cleared" if cleared else "")
+    ]
+    if source == "nothing":
+        parts.append(
+            "which members it admitted is not known (its state could not be read and "
+            f"status.retirement does not name it): check the replica's Pods for {LABEL_ELIGIBLE}"
+        )
+    elif not single and not group:
+        parts.append(f"no admitted member is left without {LABEL_ELIGIBLE}")
+    if single:
+        parts.append(
+            f"without {LABEL_ELIGIBLE}: {_names(single)}: the watcher puts the label back "
+            "on each once it is Ready (unless a retirement names it again)"
+        )
+    if group:
+        parts.append(
+            f"group members without {LABEL_ELIGIBLE}: {_names(group)}: the watcher cannot "
+            "put it back (a group member needs the identity probe); once each serves, "
+            f"label it by hand (kubectl label pod <name> -n {md.namespace} "
+            f"{LABEL_ELIGIBLE}=true), unless {replica} is still to be retired (its next "
+            "retirement takes them); see docs/runbook.md"
+        )
+    if source == "status.retirement":
+        parts.append("members read from status.retirement (the run's state could not be read)")
+    return "; ".join(parts)
+
+
+def _names(pods: list[Pod], limit: int = 8) -> str:
+    names = [p.name for p in pods[:limit]]
+    more = len(pods) - limit
+    return ", ".join(names) + (f" and {more} more" if more > 0 else "")
 
 
 def _wants_retry(md: ModelDeployment) -> bool:

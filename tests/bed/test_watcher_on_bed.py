@@ -4,6 +4,9 @@ cancel them, retry annotations are delivered, and it survives SIGKILL and failov
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -438,6 +441,85 @@ async def test_orphan_left_by_a_terminated_workflow_is_repaired(wctx: WatchCtx) 
         metrics = http.get(base + "/metrics").text
     assert 'retire_watcher_eligibility_changes_total{value="true"}' in metrics
     assert "retire_watcher_reconcile_seconds_count" in metrics
+
+
+def md_status(ctx: Ctx, name: str) -> dict[str, Any]:
+    md = client.CustomObjectsApi(ctx.bed.api_client()).get_namespaced_custom_object(
+        GROUP, VERSION, ctx.ns, PLURAL, name
+    )
+    return dict(md.get("status") or {})
+
+
+def eligible(ctx: Ctx, pod: str) -> str | None:
+    labels = ctx.core.read_namespaced_pod(pod, ctx.ns).metadata.labels or {}
+    value: str | None = labels.get(LABEL_ELIGIBLE)
+    return value
+
+
+async def scrape(child: Child) -> str:
+    """The watcher's /metrics (its health address is in its log)."""
+    import re
+
+    import httpx
+
+    line = await bed_read(
+        lambda: re.search(r"health (http://\S+)", child.log_tail(200)), what="health address"
+    )
+
+    def get() -> str:
+        with httpx.Client(trust_env=False, timeout=5) as http:
+            return http.get(line.group(1) + "/metrics").text
+
+    return await asyncio.to_thread(get)
+
+
+async def test_a_terminated_retirement_s_status_is_cleared_and_its_member_relabelled(
+    wctx: WatchCtx,
+) -> None:
+    """A retirement is terminated mid-withdrawal (its member disqualified, status.retirement
+    saying Withdrawing) while the watcher runs: the restore and the last status write are
+    skipped.  The watcher clears status.retirement within its reaction time, posts the
+    RetirementTerminated Warning Event naming the member, counts it, and puts the label back
+    on the member (a single one).  The watcher is paused (SIGSTOP) across the terminate and
+    the scale back up so that it sees both at once: otherwise it could read the terminated
+    run while the spec still trims the ordinal and rightly start the next retirement of it."""
+    name = "terminated"
+    create_md(wctx.bed.api_client(), wctx.ns, model_deployment(name, replicas=2))
+    wctx.bed.operator(wctx.ns)
+    await asyncio.to_thread(serving, wctx, name, 2)
+    victim = pods_of(wctx, name, 1)[0].metadata.name
+    # A quiet window longer than the withdrawal budget: the retirement stays Withdrawing.
+    watcher = wctx.watcher("--quiet-window", "60", "--health-address", "127.0.0.1:0")
+    scale(wctx, name, 1)
+    await until_state(wctx, name, lambda st: st.phase is Phase.WITHDRAWING)
+    await bed_read(
+        lambda: md_status(wctx, name).get("retirement", {}).get("state") == "Withdrawing",
+        what="status.retirement says Withdrawing",
+    )
+    assert eligible(wctx, victim) is None
+    wid = workflow_id_for(namespace=wctx.ns, deployment=name)
+    (run,) = await runs(wctx.client, wid)
+    os.kill(watcher.proc.pid, signal.SIGSTOP)
+    try:
+        await wctx.client.get_workflow_handle(wid).terminate("on-call terminated it")
+        scale(wctx, name, 2)  # the replica is wanted after all: no intent left
+    finally:
+        os.kill(watcher.proc.pid, signal.SIGCONT)
+    resumed = time.monotonic()
+    await bed_read(
+        lambda: "retirement" not in md_status(wctx, name),
+        what="status.retirement cleared",
+        timeout=10,  # the watcher's reaction: a visibility refresh (2 s) and a reconcile
+    )
+    print(f"\nstatus.retirement cleared {time.monotonic() - resumed:.1f} s after the resume")
+    await bed_read(lambda: eligible(wctx, victim) == "true", what="member relabelled", timeout=10)
+    message = events(wctx, name).get("RetirementTerminated", "")
+    assert message.startswith(f"{wid} (run {run.run_id}, replica server:1) was terminated"), message
+    assert f"{victim}: the watcher puts the label back" in message, message
+    metrics = await scrape(watcher)
+    assert 'retire_watcher_retirements_terminated_total{left_unlabelled="single"} 1.0' in metrics
+    assert 'retire_watcher_eligibility_changes_total{value="true"} 1.0' in metrics
+    assert len(await runs(wctx.client, wid)) == 1  # nothing started behind it
 
 
 async def test_a_held_retirement_ends_when_its_deployment_is_deleted(wctx: WatchCtx) -> None:
