@@ -619,3 +619,32 @@ def test_restore_probes_a_surplus_member_of_a_group_even_when_it_is_the_only_tar
     assert result.held == {"llm-1-0b": "identity probe unsupported for vLLM 0.1.0"}
     assert result.restored == []
     assert eligible(kube, "llm-1-0b") is None and writes(kube) == [] and log == []
+
+
+def test_a_lone_follower_of_a_departed_role_goes_back_only_after_the_identity_probe(
+    engines: Any,
+) -> None:
+    """A departed role's last Pod is a follower (member index 1) of what was a group: its
+    replica reads as one member of shape Single, but it belongs to a group (the
+    member-index label, ``retirement.eligibility.in_group``), so the label goes back only
+    after the identity probe; on an engine version the probe does not know, never."""
+    log = engines(vllm_echo)
+    kube = FakeKube()
+    kube.add_deployment(model_deployment(MD, namespace=NS, replicas=1, size=1, version="0.1.0"))
+    kube.add_pod(member_pod("llm-0", deployment=MD, ordinal=0, uid="u-0", ip="198.18.1.5"))
+    kube.add_pod(
+        member_pod("old-0-1", deployment=MD, role="old", ordinal=0, member=1, uid="u-old")
+    )
+    req = RetirementRequest(
+        namespace=NS, deployment=MD, role="old", ordinal=0, intent=IntentKind.DEPARTED_ROLE
+    )
+    admission: Admission = attempt_env().run(
+        RetirementActivities(kube).admit, AdmitInput(request=req, workflow_id="wf")
+    )
+    assert admission.target is not None, admission.refusal
+    assert admission.target.shape == "Single" and len(admission.target.members) == 1
+    assert disqualify(kube, admission.target).verdict is Verdict.VERIFIED
+    kube.calls.clear()
+    result = restore(kube, admission.target, seconds=0.05)
+    assert result.held == {"old-0-1": "identity probe unsupported for vLLM 0.1.0"}
+    assert eligible(kube, "old-0-1") is None and writes(kube) == [] and log == []

@@ -337,3 +337,48 @@ def test_a_call_that_outlasts_the_heartbeat_gap_loses_the_claim_before_the_remov
         with pytest.raises(ClaimLost, match=r"8\.0 s passed without a heartbeat"):
             withdraw(kube, target, router)
         assert router.removals == []
+
+
+# ------------------------------------------------------------------ leaving routers
+
+
+class TwoGateways:
+    """Two router Pods of the deployment: ``router-0`` selects ``first``, the other one,
+    terminating (a rollout of the router's Deployment), still selects ``second``."""
+
+    def __init__(self, first: list[str], second: list[str]) -> None:
+        self.selected = {"198.18.1.2": first, "198.18.1.3": second}
+        self.log: list[tuple[str, str, str]] = []
+        self.transport = httpx.MockTransport(self._answer)
+
+    def _answer(self, request: httpx.Request) -> httpx.Response:
+        host = request.url.host
+        self.log.append((host, request.method, request.url.path))
+        if request.method == "GET":
+            return httpx.Response(200, json=workers(*self.selected[host]))
+        return httpx.Response(202, json={"status": "accepted"})
+
+
+def leaving_router_pod() -> dict[str, Any]:
+    body = router_pod()
+    body["metadata"] |= {
+        "name": "router-1",
+        "uid": "uid-router-1",
+        "deletionTimestamp": "2026-12-04T00:00:00Z",
+    }
+    body["status"] = {"podIP": "198.18.1.3"}
+    return body
+
+
+def test_a_terminating_router_pod_still_routes_so_withdrawal_asks_it_too() -> None:
+    kube, target = disqualified()
+    kube.add_pod(leaving_router_pod())
+    routers = TwoGateways([OTHER_URL], [VICTIM_URL, OTHER_URL])
+    acts = RetirementActivities(kube, router_transport=routers.transport)
+    obs: Observation = attempt_env().run(acts.withdraw, phase(target))
+    assert obs.verdict is Verdict.UNKNOWN and "router router-1" in obs.reason
+    assert ("198.18.1.3", "DELETE", "/workers/w-0") in routers.log
+    # The delete's guard does not let it through either.
+    result: DeleteResult = attempt_env().run(acts.delete, phase(target))
+    assert result.refused is not None and "router/router-1" in result.refused.readings
+    assert kube.called("delete_pod") == []
