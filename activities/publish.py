@@ -64,6 +64,7 @@ def _event(api: KubeApi, inp: PublishInput, *, uid: str) -> None:
     warning = inp.phase is Phase.ABORTED or inp.outcome in (
         Outcome.REFUSED,
         Outcome.COMPLETED_UNSETTLED,
+        Outcome.ABANDONED,
     )
     reason = "Retirement" + (
         inp.outcome.value if inp.outcome is not Outcome.RUNNING else inp.phase.value

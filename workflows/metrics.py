@@ -8,7 +8,9 @@ once.  Names (attributes in braces):
   counts as Aborted; the same retirement completing after a retry counts again);
 - ``retire_phase_duration_seconds{phase}``: how long each phase lasted;
 - ``retire_retirements_held{deployment}``: 1 while the deployment's retirement holds;
-- ``retire_members_held{deployment}``: members the restore could not put back yet.
+- ``retire_members_held{deployment}``: members the restore could not put back yet;
+- ``retire_members_abandoned{deployment, members}``: members a retirement ended with out
+  of service (outcome Abandoned), by name.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ EXPORTED = {
     "retire_phase_duration_seconds": "histogram",
     "retire_retirements_held": "gauge",
     "retire_members_held": "gauge",
+    "retire_members_abandoned": "counter",
 }
 #: Phase-duration buckets, in seconds (a phase lasts from milliseconds to its budget).
 PHASE_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 240, 300, 600)
@@ -53,6 +56,17 @@ class RetirementMetrics:
             meter.create_counter(
                 "retire_retirements", "Retirements that reached an outcome, by outcome"
             ).add(1, {"outcome": str(s.outcome)})
+            if s.outcome is Outcome.ABANDONED:
+                meter.create_counter(
+                    "retire_members_abandoned",
+                    "Members a retirement ended with out of service (outcome Abandoned)",
+                ).add(
+                    max(1, len(s.unrestored)),
+                    {
+                        "deployment": f"{s.request.namespace}/{s.request.deployment}",
+                        "members": ",".join(sorted(s.unrestored)),
+                    },
+                )
         self._outcome = s.outcome
         deployment = {"deployment": f"{s.request.namespace}/{s.request.deployment}"}
         held = s.outcome is Outcome.ABORTED and not s.restoring

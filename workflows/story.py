@@ -71,7 +71,14 @@ def current(s: RetirementState, now: datetime) -> str:
     elif s.outcome is Outcome.ABORTED:
         lines.append(
             f"Held, replica kept and serving. Retry: `retire retry {ref} --token T`, "
-            "the `retry` update/signal, or the retirement-retry annotation; "
-            "cancel the workflow to end the hold"
+            "the `retry` update/signal, or the retirement-retry annotation. Keep the "
+            f"replica and end the hold: `retire cancel-intent {ref}` (the `cancel_intent` "
+            "signal), or scale the spec back up; it ends once every member is back. "
+            "Cancelling the workflow keeps it held"
+        )
+    elif s.outcome is Outcome.ABANDONED:
+        lines.append(
+            "Ended with members out of service (listed above): put them back by hand "
+            "after checking they serve, or restart their Pods"
         )
     return "\n\n".join(lines)

@@ -4,6 +4,7 @@ kube-apiserver + kwok + engine emulators, and the real SGLang gateway."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -189,8 +190,66 @@ async def wait_for_outcome(
 
 async def finish(handle: WorkflowHandle[Any, RetirementState]) -> RetirementState:
     """End a held (or running) retirement while the test's worker runs: cancel-intent (a
-    cancellation would keep it held); a held one ends once every member is back."""
-    return await end_retirement(handle, timeout=120)
+    cancellation would keep it held); a held one ends once every member is back, and,
+    after a router confirmed one by time (smg), after its re-reads (up to 120 s later)."""
+    return await end_retirement(handle, timeout=240)
+
+
+class Witness(threading.Thread):
+    """An observer independent of the product: every 50 ms it reads what the real router
+    selects (``selected``) and the victim Pod from the API server, and stamps when the
+    router stopped selecting the victim, whether it selected it again afterwards, and when
+    the Pod began terminating (or was gone)."""
+
+    def __init__(self, ctx: Ctx, pod: client.V1Pod, selected: Callable[[], set[str]]) -> None:
+        super().__init__(daemon=True)
+        self._ctx, self._pod, self._selected = ctx, pod, selected
+        self._url = f"http://{pod.status.pod_ip}:8000"
+        self.dropped: float | None = None
+        self.reselected = False
+        self.deleting: float | None = None
+        self._stop_at = time.monotonic() + 120
+
+    def run(self) -> None:
+        while self.deleting is None and time.monotonic() < self._stop_at:
+            t = time.monotonic()
+            try:
+                chosen = self._url in self._selected()
+            except Exception:
+                chosen = None  # no answer: no evidence either way
+            if chosen is False and self.dropped is None:
+                self.dropped = t
+            elif chosen and self.dropped is not None:
+                self.reselected = True
+            try:
+                live = self._ctx.core.read_namespaced_pod(self._pod.metadata.name, self._ctx.ns)
+                if live.metadata.uid != self._pod.metadata.uid or live.metadata.deletion_timestamp:
+                    self.deleting = time.monotonic()
+            except client.ApiException as e:
+                if e.status == 404:
+                    self.deleting = time.monotonic()
+            time.sleep(0.05)
+
+    def verdict(self) -> str:
+        """Empty when the router dropped the victim for good before its delete began."""
+        self.join(10)
+        if self.deleting is None:
+            return "the Pod was never seen terminating"
+        if self.dropped is None or self.dropped >= self.deleting:
+            return "the router still selected the victim when its delete began"
+        if self.reselected:
+            return "the router selected the victim again after dropping it"
+        return ""
+
+
+def gateway_selection(router: str) -> Callable[[], set[str]]:
+    """What the real SGLang gateway routes to, read from the gateway itself."""
+
+    def read() -> set[str]:
+        with httpx.Client(trust_env=False, timeout=2) as http:
+            return {w["url"] for w in http.get(router + "/workers").json()["workers"]}
+
+    return read
 
 
 @pytest.mark.parametrize("engine", ["vLLM", "SGLang"])
@@ -200,12 +259,21 @@ async def test_full_retirement_deletes_only_the_retired_replica(ctx: Ctx, engine
     assert router is not None
     keep = {p.metadata.name: p.metadata.uid for p in pods_of(ctx, name, 0)}
     victim = pods_of(ctx, name, 1)[0]
+    witness = Witness(ctx, victim, gateway_selection(router))
+    await eventually_in_thread(
+        lambda: f"http://{victim.status.pod_ip}:8000" in gateway_selection(router)(),
+        what="the gateway selects the victim",
+    )
     scale(ctx, name, 1)
+    witness.start()
     t0 = time.monotonic()
     handle = await retire(ctx, name, 1)
     st = await handle.result()
     wall = time.monotonic() - t0
     assert st.outcome is Outcome.COMPLETED, st.reasons
+    # Read by the witness, not the product: the gateway stopped selecting the victim
+    # before its delete began, and did not select it again.
+    assert await asyncio.to_thread(witness.verdict) == ""
     assert st.deleted is not None and st.deleted.deleted == [victim.metadata.name]
     await eventually_in_thread(
         lambda: not pods_of(ctx, name, 1), what="victim gone", timeout=20, ignore=(Exception,)

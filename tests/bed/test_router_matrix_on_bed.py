@@ -32,6 +32,7 @@ from testbed.bed import ROUTERS
 from testbed.standin_operator import router_pod_name
 from tests.bed.conftest import Ctx
 from tests.bed.test_retirement_on_bed import (
+    Witness,
     deploy,
     finish,
     phase_durations,
@@ -48,6 +49,29 @@ pytestmark = [pytest.mark.bed, pytest.mark.asyncio(loop_scope="session")]
 
 PROGRAMS = sorted(ROUTERS)
 MATRIX: dict[str, dict[str, str]] = {}
+
+#: How each router is taken out of and put back into selection, where its own behaviour
+#: decides it (None: either, by timing).
+#: - sglang-router 0.3.2 acts only on a deletion timestamp: label removal and relabelling
+#:   are ignored for ever, so both must be asked for;
+#: - vllm-router 0.1.15 keeps a de-labelled Pod (vllm-project/router#279) and does not
+#:   re-add one it was told to remove: both must be asked for;
+#: - vllm-router 0.1.17 drops a de-labelled Pod within ~0.2 s and re-selects a relabelled
+#:   one: passive unless a read comes first;
+#: - smg marks a de-labelled worker draining within ~1 s and its drain job removes it:
+#:   active only if the first read still shows it ready; re-adds depend on that job.
+REMOVAL: dict[str, str | None] = {
+    "sglang-router": "active",
+    "vllm-router-0.1.15": "active",
+    "vllm-router": None,
+    "smg": None,
+}
+READD: dict[str, str | None] = {
+    "sglang-router": "active",
+    "vllm-router-0.1.15": "active",
+    "vllm-router": None,
+    "smg": None,
+}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -92,6 +116,13 @@ def removal_mode(router_removals: list[str]) -> str:
     return "active (removal asked, read back)" if router_removals else "passive (read back)"
 
 
+def check_mode(table: dict[str, str | None], kind: str, active: bool) -> None:
+    """The mode measured is the one the router's behaviour requires (``REMOVAL``, ``READD``)."""
+    wanted = table[kind]
+    if wanted is not None:
+        assert ("active" if active else "passive") == wanted, (kind, active)
+
+
 async def setup(ctx: Ctx, name: str, kind: str) -> tuple[str, Any, Any]:
     """A two-replica deployment behind a real router of ``kind`` that selects both."""
     router = await deploy(ctx, name, router_program=kind)
@@ -106,9 +137,14 @@ async def setup(ctx: Ctx, name: str, kind: str) -> tuple[str, Any, Any]:
 async def test_full_retirement_behind_each_router(ctx: Ctx, kind: str) -> None:
     name = f"full-{kind}"
     router, keep, victim = await setup(ctx, name, kind)
+    witness = Witness(ctx, victim, lambda: selected(kind, router))
+    witness.start()
     handle = await retire(ctx, name, 1)
     st = await handle.result()
     assert st.outcome is Outcome.COMPLETED, st.reasons
+    # Read from the router itself: it stopped selecting the victim before the delete.
+    assert await asyncio.to_thread(witness.verdict) == "", kind
+    check_mode(REMOVAL, kind, bool(st.router_removals))
     assert st.deleted is not None and st.deleted.deleted == [victim.metadata.name]
     now = await asyncio.to_thread(selected, kind, router)
     assert worker_url(victim) not in now
@@ -142,12 +178,22 @@ async def test_abort_after_withdrawal_leaves_the_router_selecting_it(ctx: Ctx, k
     pod = ctx.core.read_namespaced_pod(victim.metadata.name, ctx.ns)
     assert pod.metadata.uid == victim.metadata.uid
     assert pod.metadata.labels.get(LABEL_ELIGIBLE) == "true"
+    check_mode(REMOVAL, kind, bool(st.router_removals))
+    check_mode(READD, kind, bool(st.restored.router_adds))
     readd = (
         f"active ({len(st.restored.router_adds)} add call(s), read back)"
         if st.restored.router_adds
         else "passive (discovery re-selected it, read back)"
     )
     record(kind, "re-add on abort", readd)
+    if kind == "smg":
+        # smg's selection was counted by time (a removal it started may still fire): the
+        # hold reads the routers again 30 s and 120 s later before it stops looking.
+        assert len(st.confirm_at) == 2, st.confirm_at
+        st = await until(handle, lambda s: not s.confirm_at and not s.restoring, timeout=180)
+        assert st.restore_rounds >= 3 and not st.unrestored, st.reasons
+        assert url in await asyncio.to_thread(selected, kind, router)
+        record(kind, "confirmed by time", f"re-read {st.restore_rounds - 1} times; still selected")
     await finish(handle)
 
 
