@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 
 import httpx
 
+from activities.fencing import heartbeat
 from activities.labels_off import labels_still_off
 from activities.recheck import still_withdrawn
 from activities.routers import TIMEOUT_S
@@ -50,6 +51,7 @@ def refusal(
         return Observation(
             verdict=members.verdict, reason=members.reason, readings=members.readings
         )
+    heartbeat()
     try:
         vanished = _intent_gone(api, inp.target)
     except KubeError as e:
@@ -58,6 +60,7 @@ def refusal(
         return Observation(verdict=Verdict.UNKNOWN, reason=f"ModelDeployment unreadable: {e}")
     if vanished:
         return Observation(verdict=Verdict.FAILED, reason=vanished)
+    heartbeat()
     with httpx.Client(trust_env=False, timeout=TIMEOUT_S, transport=transport) as http:
         check = still_withdrawn(api, inp.target, http)
     if check.verdict is Verdict.VERIFIED:

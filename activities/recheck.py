@@ -29,6 +29,7 @@ import weakref
 
 import httpx
 
+from activities.fencing import heartbeat
 from activities.labels_off import Recheck, labels_still_off
 from activities.routers import Generations
 from activities.withdrawal import read_router, router_pods, services_listing
@@ -62,6 +63,7 @@ def still_withdrawn(
         return labels
     readings: dict[str, str] = {}
     addresses = set(labels.addresses)
+    heartbeat()  # between calls: each may take the Kubernetes layer's whole timeout
     try:
         services = services_listing(api, target, addresses)
     except KubeError as e:
@@ -76,6 +78,7 @@ def still_withdrawn(
         readings["routers"] = f"router {target.router} declared but no router Pod found"
     seen = generations_of(http) if generations is None else generations
     for pod in routers:
+        heartbeat()
         readings.update(_router(http, pod, target, addresses, seen))
     if readings:
         return Recheck(
