@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import time
 import uuid
@@ -13,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import httpx
 import pytest
 from kubernetes import client
 from temporalio.client import Client
@@ -218,6 +220,45 @@ def events(ctx: Ctx, name: str) -> dict[str, str]:
     }
 
 
+def md_status(ctx: Ctx, name: str) -> dict[str, Any]:
+    md = client.CustomObjectsApi(ctx.bed.api_client()).get_namespaced_custom_object(
+        GROUP, VERSION, ctx.ns, PLURAL, name
+    )
+    return dict(md.get("status") or {})
+
+
+def eligible(ctx: Ctx, pod: str) -> str | None:
+    labels = ctx.core.read_namespaced_pod(pod, ctx.ns).metadata.labels or {}
+    value: str | None = labels.get(LABEL_ELIGIBLE)
+    return value
+
+
+async def health_get(child: Child, path: str) -> tuple[int, str]:
+    """GET ``path`` from a watcher's health address (printed first in its log)."""
+
+    def address() -> str | None:
+        found = re.search(r"health (http://\S+)", child.log_path.read_text(errors="replace"))
+        return found.group(1) if found else None
+
+    base = await bed_read(address, what=f"{child.name}'s health address")
+
+    def get() -> tuple[int, str]:
+        with httpx.Client(trust_env=False, timeout=5) as http:
+            r = http.get(base + path)
+            return r.status_code, r.text
+
+    return await asyncio.to_thread(get)
+
+
+def sample(metrics: str, series: str) -> float | None:
+    """The value of one exposition line ``series value`` (None: not exported)."""
+    for line in metrics.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name == series:
+            return float(value)
+    return None
+
+
 async def test_retry_annotation_fresh_attempt_replay_and_malformed(wctx: WatchCtx) -> None:
     name = "retry"
     _victim, hub = await held_victim(wctx, name, running=2)
@@ -286,24 +327,72 @@ async def test_a_retry_annotation_set_while_no_watcher_runs_is_delivered_at_its_
 
 
 async def test_watcher_killed_mid_retirement_no_duplicate(wctx: WatchCtx) -> None:
+    """Watcher A is SIGKILLed while its retirement drains; watcher B, started after it, takes
+    over.  B must be shown to run and act, not merely to exist: it reports leading and
+    ready, reads the draining retirement instead of starting it again (no duplicate run, no
+    start refused), and once that retirement completes it starts the next intent itself
+    (only B runs by then).  Scale 3 -> 1: ordinal 2 first (A), then ordinal 1 (B)."""
     name = "killed"
-    _victim, hub = await held_victim(wctx, name, running=1)
-    first = wctx.watcher(name="watcher-a")
+    create_md(wctx.bed.api_client(), wctx.ns, model_deployment(name, replicas=3))
+    op = wctx.bed.operator(wctx.ns)
+    await asyncio.to_thread(serving, wctx, name, 3)
+    first = pods_of(wctx, name, 2)[0]
+    hub = op.hub_pod(first.metadata.uid)
+    assert hub is not None
+    wctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"stale_gauges": [1, 0]})  # drain holds
+    budgets = (  # room for the kill and B's start inside the drain budget
+        '{"overall_s": 120, "withdrawal_s": 15, "drain_s": 60, "settle_s": 15, '
+        '"poll_interval_s": 0.5}'
+    )
+    a = wctx.watcher("--budgets", budgets, name="watcher-a")
     scale(wctx, name, 1)
     await until_state(wctx, name, lambda st: st.phase is Phase.DRAINING)
-    first.kill()  # SIGKILL mid-retirement
-    wctx.watchers.remove(first)
-    wctx.watcher(name="watcher-b")
-    await asyncio.sleep(2)
+    assert (await state(wctx, name)).request.ordinal == 2
+    a.kill()  # SIGKILL mid-retirement
+    wctx.watchers.remove(a)
+    b = wctx.watcher("--budgets", budgets, "--health-address", "127.0.0.1:0", name="watcher-b")
+
+    async def ready() -> bool:
+        return (await health_get(b, "/readyz"))[0] == 200
+
+    await eventually_async(ready, what="watcher B ready", timeout=30, interval=0.3)
+    _, metrics = await health_get(b, "/metrics")
+    assert sample(metrics, "retire_watcher_is_leader") == 1.0
+    assert ": leading" in b.log_path.read_text(errors="replace")
+
+    async def read_the_running_one() -> bool:  # B described and queried it
+        _, m = await health_get(b, "/metrics")
+        return (sample(m, 'retire_watcher_temporal_calls_total{call="query"}') or 0) >= 1
+
+    await eventually_async(read_the_running_one, what="B reads the retirement", timeout=15)
     wctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"clear": True})
-    await bed_read(lambda: not pods_of(wctx, name, 1), what="victim deleted")
+    await bed_read(lambda: not pods_of(wctx, name, 2), what="ordinal 2 deleted", timeout=60)
+    await bed_read(lambda: not pods_of(wctx, name, 1), what="ordinal 1 retired by B", timeout=90)
     wid = workflow_id_for(namespace=wctx.ns, deployment=name)
-    rs = await runs(wctx.client, wid)
-    assert len(rs) == 1  # no duplicate workflow
-    st: RetirementState = await wctx.client.get_workflow_handle(
-        wid, result_type=RetirementState
-    ).result()
-    assert st.outcome is Outcome.COMPLETED
+
+    async def two_closed() -> list[Any]:
+        rs = await runs(wctx.client, wid)
+        return rs if len(rs) == 2 and all(r.close_time for r in rs) else []
+
+    rs = await eventually_async(two_closed, what="two closed runs", timeout=30, interval=0.5)
+    done = []
+    for r in sorted(rs, key=lambda r: r.start_time):
+        st: RetirementState = await wctx.client.get_workflow_handle(
+            wid, run_id=r.run_id, result_type=RetirementState
+        ).result()
+        done.append((st.request.ordinal, st.outcome, st.attempt))
+    # One run per ordinal: the draining one was not started again.
+    assert done == [(2, Outcome.COMPLETED, 1), (1, Outcome.COMPLETED, 1)], done
+    log_b = b.log_path.read_text(errors="replace")
+    assert "started retirement of CountTrim server:1" in log_b  # B acted
+    assert "started retirement of CountTrim server:2" not in log_b
+    assert "already running" not in log_b  # it never tried to start ordinal 2 again
+    _, metrics = await health_get(b, "/metrics")
+    assert sample(metrics, "retire_watcher_retirements_started_total") == 1.0
+    assert sample(metrics, 'retire_watcher_starts_refused_total{reason="already-running"}') in (
+        None,
+        0.0,
+    )
 
 
 async def test_two_watchers_one_acts_and_failover(wctx: WatchCtx) -> None:
@@ -443,36 +532,6 @@ async def test_orphan_left_by_a_terminated_workflow_is_repaired(wctx: WatchCtx) 
     assert "retire_watcher_reconcile_seconds_count" in metrics
 
 
-def md_status(ctx: Ctx, name: str) -> dict[str, Any]:
-    md = client.CustomObjectsApi(ctx.bed.api_client()).get_namespaced_custom_object(
-        GROUP, VERSION, ctx.ns, PLURAL, name
-    )
-    return dict(md.get("status") or {})
-
-
-def eligible(ctx: Ctx, pod: str) -> str | None:
-    labels = ctx.core.read_namespaced_pod(pod, ctx.ns).metadata.labels or {}
-    value: str | None = labels.get(LABEL_ELIGIBLE)
-    return value
-
-
-async def scrape(child: Child) -> str:
-    """The watcher's /metrics (its health address is in its log)."""
-    import re
-
-    import httpx
-
-    line = await bed_read(
-        lambda: re.search(r"health (http://\S+)", child.log_tail(200)), what="health address"
-    )
-
-    def get() -> str:
-        with httpx.Client(trust_env=False, timeout=5) as http:
-            return http.get(line.group(1) + "/metrics").text
-
-    return await asyncio.to_thread(get)
-
-
 async def test_a_terminated_retirement_s_status_is_cleared_and_its_member_relabelled(
     wctx: WatchCtx,
 ) -> None:
@@ -516,7 +575,7 @@ async def test_a_terminated_retirement_s_status_is_cleared_and_its_member_relabe
     message = events(wctx, name).get("RetirementTerminated", "")
     assert message.startswith(f"{wid} (run {run.run_id}, replica server:1) was terminated"), message
     assert f"{victim}: the watcher puts the label back" in message, message
-    metrics = await scrape(watcher)
+    _, metrics = await health_get(watcher, "/metrics")
     assert 'retire_watcher_retirements_terminated_total{left_unlabelled="single"} 1.0' in metrics
     assert 'retire_watcher_eligibility_changes_total{value="true"} 1.0' in metrics
     assert len(await runs(wctx.client, wid)) == 1  # nothing started behind it
@@ -551,9 +610,14 @@ async def test_a_group_member_the_restore_held_is_not_labelled_by_the_watcher(
 ) -> None:
     """Wedge 5 of the fleet issue, on the bed: one rule puts the label on.  A group whose
     engine version has no identity probe: the aborted retirement's restore holds the
-    leader (the probe cannot vouch for it); when the retirement ends (the spec declares
-    the replica again: cancel-intent), the watcher does not label the leader on PodReady
-    alone a second later, as it did with its own rule."""
+    leader (the probe cannot vouch for it); when the retirement ends, the watcher does not
+    label the leader on PodReady alone a second later, as it did with its own rule.
+
+    Asked to end (the spec declares the replica again: cancel-intent), a hold now ends only
+    once every member is back, or after 15 minutes (Abandoned); on the bed it is ended by
+    terminating it, which also shows the watcher's reading of a terminated run: its
+    status.retirement cleared, and the RetirementTerminated Event naming the leader as a
+    group member a person must label."""
     name = "heldgroup"
     create_md(
         wctx.bed.api_client(),
@@ -580,12 +644,18 @@ async def test_a_group_member_the_restore_held_is_not_labelled_by_the_watcher(
         lambda s: s.restored is not None and leader.metadata.name in s.restored.held,
         timeout=60,
     )
-    scale(wctx, name, 2)  # the replica is declared again: the held retirement ends
-    h = wctx.client.get_workflow_handle(
-        workflow_id_for(namespace=wctx.ns, deployment=name), result_type=RetirementState
+    scale(wctx, name, 2)  # the replica is declared again: the watcher sends cancel-intent
+    st = await until_state(wctx, name, lambda s: s.cancel_intent is not None)
+    assert st.outcome is Outcome.ABORTED  # still holding: the leader is not back
+    h = wctx.client.get_workflow_handle(workflow_id_for(namespace=wctx.ns, deployment=name))
+    await h.terminate("on-call ended the hold")
+    await bed_read(
+        lambda: "retirement" not in md_status(wctx, name),
+        what="status.retirement cleared",
+        timeout=15,
     )
-    st = await asyncio.wait_for(h.result(), 60)
-    assert st.outcome is Outcome.CAPACITY_RETAINED, st.reasons
+    message = events(wctx, name).get("RetirementTerminated", "")
+    assert f"group members without {LABEL_ELIGIBLE}: {leader.metadata.name}:" in message, message
     await asyncio.sleep(5)  # the watcher has reconciled the deployment many times by now
     labels = (wctx.core.read_namespaced_pod(leader.metadata.name, wctx.ns).metadata.labels) or {}
     assert LABEL_ELIGIBLE not in labels, "the watcher labelled a member the restore held"

@@ -19,9 +19,12 @@ from cli.main import main as retire_cli
 from retirement.models import AbortRequest, RetirementRequest, RetirementState, workflow_id_for
 from retirement.phases import Outcome, Phase
 from testbed.paths import venv_bin
-from tests.helpers import eventually_async
+from tests.helpers import eventually_async, model_deployment
+from tests.helpers.fake_kube import FakeKube, member_pod
 from tests.helpers.retirements import end_retirement
 from tests.workflows.fakes import FakeWorld
+from watcher.metrics import WatcherMetrics
+from watcher.reconcile import Reconciler, WatcherSettings
 from workflows import story
 from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
@@ -226,26 +229,80 @@ async def test_restore_waits_for_a_cancelled_phase_activity_to_stop(
     await end_retirement(handle)
 
 
-async def test_the_ui_tells_the_story(running: tuple[Client, FakeWorld, str]) -> None:
+async def test_the_ui_tells_the_story(
+    dev_env: WorkflowEnvironment, running: tuple[Client, FakeWorld, str]
+) -> None:
     """The workflow list shows what is retired; the details show what was asked; the
-    current details follow the phase, the readings and, when held, how to act."""
+    current details follow the phase, the readings and, when held, how to act.  The
+    summary and details are set by the product's own start paths and read back from
+    Temporal's describe: the watcher's (``Reconciler._start``, on a scale-down it derived)
+    and the CLI's (``retire start``)."""
     from temporalio.api.sdk.v1 import WorkflowMetadata
 
     client, world, queue = running
     world.behaviour["drain"] = "failed"
-    handle = await start(client, queue)
-    await until(handle, Phase.ABORTED, Outcome.ABORTED)
+    # The watcher starts it: a deployment of 3 replicas scaled to 2 retires ordinal 2.
+    ns, md = f"ui-{uuid.uuid4().hex[:6]}", "llama"
+    kube = FakeKube()
+    kube.add_deployment(model_deployment(md, namespace=ns, uid="md-uid", replicas=2))
+    for o in range(3):
+        kube.add_pod(
+            member_pod(f"{md}-server-{o}", deployment=md, namespace=ns, ordinal=o, uid=f"u{o}")
+        )
+    rec = Reconciler(
+        kube=kube,
+        temporal=client,
+        settings=WatcherSettings(task_queue=queue),
+        metrics=WatcherMetrics(),
+        namespaces=[ns],
+    )
+    await rec.reconcile_all()
+    handle = client.get_workflow_handle(
+        workflow_id_for(namespace=ns, deployment=md), result_type=RetirementState
+    )
     desc = await handle.describe()
-    summary = await desc.static_summary()
-    assert summary is not None and summary.startswith("retire ops/md-") and "server:1" in summary
+    assert await desc.static_summary() == f"retire {ns}/{md} server:2 (CountTrim)"
     details = await desc.static_details()
-    assert details is not None and "**Budgets** overall 300 s" in details
+    assert details is not None
+    assert f"**Deployment** {ns}/{md}" in details, details
+    assert "**Replica** server:2 (CountTrim)" in details, details
+    assert "**Budgets** overall 300 s, withdrawal 30 s, drain 240 s, settle 30 s" in details
+    assert "**Router-less policy** hold" in details, details
+    await until(handle, Phase.ABORTED, Outcome.ABORTED)
     meta = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
     now = meta.current_details
     assert "**Aborted** (Aborted)" in now, now
-    assert "Held, replica kept and serving" in now and "retire retry ops/" in now, now
+    assert f"Held, replica kept and serving. Retry: `retire retry {ns}/{md} --token T`" in now
     assert "drain failed" in now, now
     await end_retirement(handle)
+    # The CLI starts one by hand: the same story, with the budgets it was given.
+    ref = f"ops/md-{uuid.uuid4().hex[:6]}"
+    started = await asyncio.to_thread(
+        cli,
+        dev_env,
+        "--task-queue",
+        queue,
+        "start",
+        ref,
+        "--role",
+        "server",
+        "--ordinal",
+        "1",
+        "--budgets",
+        '{"drain_s": 120}',
+        "--routerless-policy",
+        "quiet-window",
+    )
+    assert started == 0
+    by_hand = client.get_workflow_handle(f"retirement/{ref}", result_type=RetirementState)
+    desc = await by_hand.describe()
+    assert await desc.static_summary() == f"retire {ref} server:1 (CountTrim)"
+    details = await desc.static_details()
+    assert details is not None
+    assert f"**Deployment** {ref}" in details and "drain 120 s" in details, details
+    assert "**Router-less policy** quiet-window" in details, details
+    await until(by_hand, Phase.ABORTED, Outcome.ABORTED)
+    await end_retirement(by_hand)
 
 
 async def test_retire_list_shows_running_and_held_retirements(
