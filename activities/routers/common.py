@@ -7,19 +7,22 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import httpx
 
+from activities.routers.bounded import CALL_CAP, VIEW_CAP, call, json_containers_ok
 from activities.routers.view import RouterView, worker_host
 
+#: httpx's per-phase timeout of a router call (connect, write, each read); the whole call is
+#: bounded by ``bounded.CALL_DEADLINE_S`` as well.
 TIMEOUT_S = 3.0
-#: The most of an answer read: a router's list of thousands of workers is far below it; a
-#: body that goes on past it is not an answer this project can use.
-MAX_BODY_BYTES = 16 << 20
+#: The most of a view's answer read (``bounded.VIEW_CAP``).
+MAX_BODY_BYTES = VIEW_CAP
 
-#: What an observer's calls may raise that means "no usable answer" (never a crash).
+#: What an observer's calls may raise that means "no usable answer" (never a crash).  Not
+#: ``temporalio.exceptions.CancelledError``: a cancelled activity stops, it does not read
+#: UNKNOWN.
 READ_ERRORS: tuple[type[Exception], ...] = (
     httpx.HTTPError,
     httpx.InvalidURL,
@@ -62,24 +65,20 @@ def failed(e: BaseException | str) -> RouterView:
 def get_body(
     http: httpx.Client, url: str, *, headers: dict[str, str] | None = None
 ) -> tuple[bytes, float]:
-    """GET ``url``: the body of a 2xx answer (at most ``MAX_BODY_BYTES``) and when it
-    arrived; raises one of ``READ_ERRORS`` otherwise.  Redirects are never followed (a
-    credential sent with the request stays with the address it was meant for)."""
-    with http.stream("GET", url, headers=headers, follow_redirects=False) as r:
-        r.raise_for_status()
-        chunks: list[bytes] = []
-        size = 0
-        for chunk in r.iter_bytes():
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise ValueError(f"answer longer than {MAX_BODY_BYTES} bytes")
-            chunks.append(chunk)
-    return b"".join(chunks), time.time()
+    """GET ``url``: the body of a 2xx answer (at most ``MAX_BODY_BYTES``, within the call's
+    overall deadline) and when it arrived; raises one of ``READ_ERRORS`` otherwise.
+    Redirects are never followed (a credential sent with the request stays with the
+    address it was meant for)."""
+    answer = call(http, "GET", url, cap=MAX_BODY_BYTES, headers=headers)
+    answer.raise_for_status()
+    return answer.body, answer.at
 
 
 def get_json(http: httpx.Client, url: str) -> tuple[Any, float]:
-    """GET ``url`` and decode its JSON body, and when it arrived."""
+    """GET ``url`` and decode its JSON body (refused undecoded when it holds more objects
+    and arrays than ``bounded.MAX_JSON_CONTAINERS``), and when it arrived."""
     body, at = get_body(http, url)
+    json_containers_ok(body)
     return json.loads(body), at
 
 
@@ -111,15 +110,11 @@ def opaque_worker(urls: list[str] | dict[str, str]) -> str:
     return f"worker URL host is not an IP address: {opaque[0]!r}"[:200] if opaque else ""
 
 
-def answered(r: httpx.Response) -> str:
-    """A router's answer to a mutating call, shortened for a reason."""
-    return f"HTTP {r.status_code} {r.text[:120]}".strip()
-
-
-def sent(call: Callable[[], httpx.Response]) -> str:
-    """Make one mutating call; what it answered, or how it failed (never raises)."""
+def sent(http: httpx.Client, method: str, url: str, **kwargs: Any) -> str:
+    """Make one mutating call (bounded like every call, its answer read up to
+    ``bounded.CALL_CAP``): what it answered, or how it failed (never raises)."""
     try:
-        r = call()
+        answer = call(http, method, url, cap=CALL_CAP, cut_ok=True, **kwargs)
     except READ_ERRORS as e:
         return f"{type(e).__name__}: {e}"[:200]
-    return answered(r)
+    return f"HTTP {answer.status} {answer.text()}".strip()

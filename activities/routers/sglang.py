@@ -102,7 +102,7 @@ class SGLangGateway:
         )
 
     def remove(self, http: httpx.Client, base: str, url: str, worker_id: str) -> None:
-        sent(lambda: http.delete(f"{base}/workers/{quote(worker_id or url, safe='')}"))
+        sent(http, "DELETE", f"{base}/workers/{quote(worker_id or url, safe='')}")
 
     def add(self, http: httpx.Client, base: str, url: str) -> str:
-        return sent(lambda: http.post(f"{base}/workers", json={"url": url}))
+        return sent(http, "POST", f"{base}/workers", json={"url": url})

@@ -50,9 +50,9 @@ class VllmRouter:
         return RouterView(workers=workers, fetched_at=at)
 
     def remove(self, http: httpx.Client, base: str, url: str, worker_id: str) -> None:
-        sent(lambda: http.post(f"{base}/remove_worker", params={"url": url}))
+        sent(http, "POST", f"{base}/remove_worker", params={"url": url})
 
     def add(self, http: httpx.Client, base: str, url: str) -> str:
         # The router answers only once the worker is healthy (or its startup timeout
         # passed): a timeout here is normal, and the router keeps trying.
-        return sent(lambda: http.post(f"{base}/add_worker", params={"url": url}))
+        return sent(http, "POST", f"{base}/add_worker", params={"url": url})
