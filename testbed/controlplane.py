@@ -244,7 +244,9 @@ class ControlPlane:
         for own in OWN_STAGES:
             configs += ["--config", str(own)]
         exec_cfg = self.state_dir / "kwok-exec.yaml"
-        exec_cfg.write_text(yaml.safe_dump(self._exec_config()))
+        exec_cfg.write_text(
+            yaml.safe_dump_all([*hostile_execs(self.state_dir), self._exec_config()])
+        )
         configs += ["--config", str(exec_cfg)]
         child = Child(
             name="kwok",
@@ -282,6 +284,8 @@ class ControlPlane:
         return env
 
     def _exec_config(self) -> dict[str, Any]:
+        """Every Pod's exec runs locally, inside the bed's namespace (after the hostile
+        ones, which kwok matches first: ``hostile_execs``)."""
         return {
             "apiVersion": "kwok.x-k8s.io/v1alpha1",
             "kind": "ClusterExec",
@@ -389,3 +393,42 @@ class ControlPlane:
 
     def _ns_port_open(self, port: int) -> bool:
         return port_open(self.net.ns_ip, port)
+
+
+#: Pods whose ``python3`` is hostile (``testbed/hostile_python3/sitecustomize.py``): a Pod of
+#: one of these names, in any namespace, runs its execs with that behaviour.
+HOSTILE_EXECS = {
+    "hostile-python3-flood-stdout": "flood-stdout",
+    "hostile-python3-flood-stderr": "flood-stderr",
+    "hostile-python3-hang": "hang",
+}
+HOSTILE_PYTHONPATH = Path(__file__).resolve().parent / "hostile_python3"
+
+
+def hostile_execs(work_dir: Path) -> list[dict[str, Any]]:
+    """kwok ClusterExecs for the ``HOSTILE_EXECS`` Pods: their ``python3`` imports the
+    hostile ``sitecustomize`` first (``PYTHONPATH``), told what to do by
+    ``BED_HOSTILE_PYTHON3``.  kwok takes the first ClusterExec whose selector matches."""
+    return [
+        {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "ClusterExec",
+            "metadata": {"name": name},
+            "spec": {
+                "selector": {"matchNames": [name]},
+                "execs": [
+                    {
+                        "local": {
+                            "workDir": str(work_dir),
+                            "envs": [
+                                {"name": "NO_PROXY", "value": "*"},
+                                {"name": "PYTHONPATH", "value": str(HOSTILE_PYTHONPATH)},
+                                {"name": "BED_HOSTILE_PYTHON3", "value": mode},
+                            ],
+                        }
+                    }
+                ],
+            },
+        }
+        for name, mode in HOSTILE_EXECS.items()
+    ]

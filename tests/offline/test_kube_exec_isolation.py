@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.stream import ws_client
 
-from kube import Kube
+from kube import Kube, podexec
 
 
 def test_exec_handshake_leaves_the_shared_api_client_alone(
@@ -24,12 +23,12 @@ def test_exec_handshake_leaves_the_shared_api_client_alone(
     in_handshake = threading.Event()
     release = threading.Event()
 
-    def blocked_handshake(configuration: Any, url: str, headers: Any = None) -> Any:
+    def blocked_handshake(configuration: Any, url: str, headers: Any, *, timeout: float) -> Any:
         in_handshake.set()
         release.wait(5)
         raise ConnectionRefusedError("no API server in this test")
 
-    monkeypatch.setattr(ws_client, "create_websocket", blocked_handshake)
+    monkeypatch.setattr(podexec, "open_websocket", blocked_handshake)
     cfg = client.Configuration()
     cfg.host = "http://127.0.0.1:9"  # never reached
     kube = Kube(api=client.ApiClient(cfg), timeout_s=2)
