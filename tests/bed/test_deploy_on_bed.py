@@ -7,8 +7,10 @@
 - Each ServiceAccount's own token (TokenRequest) does what its code calls, through the
   product's own ``kube`` layer, and is refused (403) a sample of what it must never do: the
   watcher deleting, exec'ing or writing a status; the worker watching, taking a Lease or
-  writing a spec.  The namespaced overlay grants delete and exec in the model namespaces
-  only.
+  writing a spec.  The default grants a Pod's label, delete and exec in the model namespaces
+  only; the cluster-wide overlay in every namespace.
+- llm-d's picker token (ServiceAccount ``retire-llmd-metrics``) may read ``/metrics`` and
+  nothing else, as the picker's SubjectAccessReview asks; the worker's own token may not.
 - A whole retirement runs with the worker (``python -m worker``) and the watcher
   (``python -m watcher --leader-elect``) each on its own ServiceAccount's token, and neither
   logs a refusal.
@@ -23,6 +25,7 @@ import asyncio
 import contextlib
 import functools
 import re
+import ssl
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -60,7 +63,9 @@ from tests.bed.conftest import create_md
 from tests.bed.test_retirement_on_bed import Ctx, pods_of, scale, serving
 from tests.helpers import eventually, eventually_in_thread, model_deployment
 from tests.offline.test_deploy_manifests import (
+    CLUSTER_WIDE,
     LEASE,
+    LLMD_ACCOUNT,
     OVERLAYS,
     PRODUCT_NS,
     RENDERED,
@@ -123,10 +128,17 @@ def ensure_namespaces(api: client.ApiClient, objs: list[Obj]) -> None:
 
 
 @contextlib.contextmanager
-def installed(api: client.ApiClient, overlay: str) -> Iterator[list[Obj]]:
+def installed(
+    api: client.ApiClient, overlay: str, *, models: str | None = None
+) -> Iterator[list[Obj]]:
     """The overlay's ServiceAccounts and RBAC, applied for real, deleted afterwards (the
-    product's Namespace stays)."""
+    product's Namespace stays).  ``models``: the model namespace the overlay's example
+    ("models") stands for, as an installer lists its own."""
     objs = [o for o in render(f"overlays/{overlay}") if o["kind"] in RBAC_KINDS]
+    if models is not None:
+        for o in objs:
+            if o["kind"] == "RoleBinding" and o["metadata"]["namespace"] != PRODUCT_NS:
+                o["metadata"]["namespace"] = models
     ensure_namespaces(api, objs)
     dyn = DynamicClient(api)
     done: list[Obj] = []
@@ -329,7 +341,7 @@ def test_each_token_does_what_its_code_calls_and_nothing_of_the_other(
     spare = plain_pod(api, ns, "spare")
     group, version, plural = KUEUE_WORKLOAD_API
     delete_lease(api)
-    with installed(api, "in-cluster-temporal"):
+    with installed(api, "in-cluster-temporal", models=ns):
         wk, wapi, _ = as_account(bed, api, "retire-worker", tmp_path)
         tk, tapi, _ = as_account(bed, api, "retire-watcher", tmp_path)
         md_ref = ObjectRef(
@@ -513,18 +525,31 @@ def test_each_token_does_what_its_code_calls_and_nothing_of_the_other(
     delete_lease(api)
 
 
-def test_namespaced_grants_delete_and_exec_only_in_the_model_namespaces(
-    bed: Bed, api: client.ApiClient, namespace: str, tmp_path: Path
+def label(api: client.ApiClient, ns: str, pod: str) -> Callable[[], object]:
+    """A label patch of a Pod (what ``set_eligibility`` sends, without its UID test)."""
+    body = {"metadata": {"labels": {"llm-retire.test/probe": uuid.uuid4().hex[:8]}}}
+    return lambda: client.CoreV1Api(api).patch_namespaced_pod(pod, ns, body)
+
+
+@pytest.mark.parametrize("overlay", ["in-cluster-temporal", "namespaced"])
+def test_the_default_grants_label_delete_and_exec_only_in_the_model_namespaces(
+    bed: Bed, api: client.ApiClient, namespace: str, tmp_path: Path, overlay: str
 ) -> None:
-    objs = render("overlays/namespaced")
+    objs = render(f"overlays/{overlay}")
     (models,) = model_namespaces(objs)  # the example names one
     name = f"p-{uuid.uuid4().hex[:6]}"
-    with installed(api, "namespaced"):  # creates the model namespace too
+    with installed(api, overlay):  # creates the model namespace too
         inside = plain_pod(api, models, name)
         outside = plain_pod(api, namespace, name)
         wk, wapi, _ = as_account(bed, api, "retire-worker", tmp_path)
-        # Reads and label patches stay cluster-wide ...
+        _tk, tapi, _ = as_account(bed, api, "retire-watcher", tmp_path)
+        # Reads stay cluster-wide ...
         granted(lambda: wk.read_pod(namespace=namespace, name=name), "read outside")
+        # ... the label, for the worker and the watcher, only inside ...
+        granted(label(wapi, models, name), "worker label inside", allow=(200,))
+        granted(label(tapi, models, name), "watcher label inside", allow=(200,))
+        refused(label(wapi, namespace, name), "worker label outside")
+        refused(label(tapi, namespace, name), "watcher label outside")
         # ... delete and exec only inside.
         past_rbac(exec_get(wapi, models, name), "exec inside")
         past_rbac(exec_post(wapi, models, name), "exec (create) inside")
@@ -551,6 +576,70 @@ def test_namespaced_grants_delete_and_exec_only_in_the_model_namespaces(
         )
 
 
+def test_the_cluster_wide_overlay_grants_them_everywhere(
+    bed: Bed, api: client.ApiClient, namespace: str, tmp_path: Path
+) -> None:
+    name = f"p-{uuid.uuid4().hex[:6]}"
+    with installed(api, CLUSTER_WIDE):
+        pod = plain_pod(api, namespace, name)
+        wk, wapi, _ = as_account(bed, api, "retire-worker", tmp_path)
+        _tk, tapi, _ = as_account(bed, api, "retire-watcher", tmp_path)
+        granted(label(wapi, namespace, name), "worker label", allow=(200,))
+        granted(label(tapi, namespace, name), "watcher label", allow=(200,))
+        past_rbac(exec_get(wapi, namespace, name), "worker exec")
+        refused(exec_get(tapi, namespace, name), "watcher exec")
+        granted(
+            lambda: wk.delete_pod(namespace=namespace, name=name, uid=pod["metadata"]["uid"]),
+            "worker delete",
+        )
+
+
+def test_the_picker_token_reads_metrics_and_nothing_else(
+    bed: Bed, api: client.ApiClient, namespace: str, tmp_path: Path
+) -> None:
+    """What llm-d's picker asks the API server before it serves its /metrics (a
+    SubjectAccessReview of get on the non-resource URL /metrics) is allowed for the
+    dedicated token's ServiceAccount and not for the worker's; with the token itself, the
+    API server's own /metrics answers and every call the worker makes is refused."""
+    name = f"p-{uuid.uuid4().hex[:6]}"
+    with installed(api, "in-cluster-temporal", models=namespace):
+        pod = plain_pod(api, namespace, name)
+        authz = client.AuthorizationV1Api(api)
+
+        def may_read_metrics(account: str) -> bool:
+            review = client.V1SubjectAccessReview(
+                spec=client.V1SubjectAccessReviewSpec(
+                    user=f"system:serviceaccount:{PRODUCT_NS}:{account}",
+                    groups=["system:serviceaccounts", f"system:serviceaccounts:{PRODUCT_NS}"],
+                    non_resource_attributes=client.V1NonResourceAttributes(
+                        path="/metrics", verb="get"
+                    ),
+                )
+            )
+            return bool(authz.create_subject_access_review(review).status.allowed)
+
+        assert may_read_metrics(LLMD_ACCOUNT)
+        assert not may_read_metrics("retire-worker")
+        assert not may_read_metrics("retire-watcher")
+        rk, rapi, _ = as_account(bed, api, LLMD_ACCOUNT, tmp_path)
+        ca = ssl.create_default_context(cafile=str(bed.cp.pki.ca_cert))
+        with httpx.Client(verify=ca, trust_env=False, timeout=10) as http:
+            answer = http.get(
+                bed.cp.server + "/metrics",
+                headers={"Authorization": f"Bearer {token(api, LLMD_ACCOUNT)}"},
+            )
+        assert answer.status_code == 200 and "apiserver_request_total" in answer.text
+        refused(lambda: rk.read_pod(namespace=namespace, name=name), "reader get pod")
+        refused(lambda: rk.list_pods(namespace=namespace, selector="a=b"), "reader list pods")
+        refused(label(rapi, namespace, name), "reader label")
+        refused(exec_get(rapi, namespace, name), "reader exec")
+        refused(
+            lambda: rk.delete_pod(namespace=namespace, name=name, uid=pod["metadata"]["uid"]),
+            "reader delete",
+        )
+        refused(lambda: client.CoreV1Api(rapi).list_namespaced_secret(PRODUCT_NS), "secrets")
+
+
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_retirement_runs_with_each_process_on_its_own_token(
     bed: Bed, api: client.ApiClient, dev_env: WorkflowEnvironment, namespace: str, tmp_path: Path
@@ -570,7 +659,7 @@ async def test_a_retirement_runs_with_each_process_on_its_own_token(
     delete_lease(api)
     children: list[Child] = []
     logs = bed.state_dir / "logs"
-    with installed(api, "in-cluster-temporal"):
+    with installed(api, "in-cluster-temporal", models=ns):
         _, _, worker_kc = as_account(bed, api, "retire-worker", tmp_path)
         _, _, watcher_kc = as_account(bed, api, "retire-watcher", tmp_path)
         try:
@@ -701,7 +790,7 @@ def test_the_bed_tokens_authenticate_as_the_service_accounts(
 ) -> None:
     """The tokens above are the ServiceAccounts' (not the admin's): SelfSubjectReview."""
     with installed(api, "in-cluster-temporal"):
-        for account in ("retire-worker", "retire-watcher"):
+        for account in ("retire-worker", "retire-watcher", LLMD_ACCOUNT):
             _kube, sa_api, _ = as_account(bed, api, account, tmp_path)
             review = client.AuthenticationV1Api(sa_api).create_self_subject_review(
                 client.V1SelfSubjectReview(
@@ -711,7 +800,7 @@ def test_the_bed_tokens_authenticate_as_the_service_accounts(
             assert review.status.user_info.username == (
                 f"system:serviceaccount:{PRODUCT_NS}:{account}"
             )
-    for account in ("retire-worker", "retire-watcher"):  # and gone afterwards
+    for account in ("retire-worker", "retire-watcher", LLMD_ACCOUNT):  # and gone afterwards
         with pytest.raises(ApiException) as err:
             client.CoreV1Api(api).read_namespaced_service_account(account, PRODUCT_NS)
         assert err.value.status == 404

@@ -3,7 +3,14 @@
 - Every rendered object parses and is addressable; the CRD copy is the one the bed loads.
 - Each ServiceAccount's effective permissions (bindings resolved to rules) are exactly the
   table below, in which every grant names the code that calls it; the watcher can never
-  delete or exec, the worker never watches or takes a Lease, and the code agrees.
+  delete or exec, the worker never watches or takes a Lease, and the code agrees.  What
+  changes or ends a replica (a Pod's label, exec, delete) is granted only in the model
+  namespaces, except in the one overlay that asks for it cluster-wide.
+- llm-d's picker is scraped with a dedicated ServiceAccount's token that may only ``get``
+  ``/metrics``, mounted for the worker where ``RETIRE_LLMD_TOKEN_FILE`` says; never the
+  worker's own.
+- NetworkPolicies isolate both Pods both ways: DNS, the API server, the overlay's Temporal,
+  and for the worker the router and member Pods of the model namespaces; nothing else.
 - The Deployments: one image, two commands, non-root, read-only root filesystem, no
   capabilities, seccomp, resources, the watcher's probes on its real health port.
 - The Deployments' arguments and environment are parsed by the product's own parsers
@@ -46,7 +53,16 @@ DEPLOY = REPO_ROOT / "deploy"
 KUSTOMIZE_VERSION = "v5.8.2"  # testbed/build_kustomize.sh's default
 BUILD_SCRIPT = REPO_ROOT / "testbed" / "build_kustomize.sh"
 #: Every overlay a user may install.
-OVERLAYS = ("in-cluster-temporal", "temporal-cloud", "temporal-cloud-mtls", "namespaced")
+OVERLAYS = (
+    "in-cluster-temporal",
+    "in-cluster-temporal-plaintext",
+    "temporal-cloud",
+    "temporal-cloud-mtls",
+    "namespaced",
+    "cluster-wide",
+)
+#: The one overlay that grants what changes or ends a replica in every namespace.
+CLUSTER_WIDE = "cluster-wide"
 #: What renders: the overlays and the CRD for clusters without the gpustack operator.
 RENDERED = (*(f"overlays/{o}" for o in OVERLAYS), "crd")
 PRODUCT_NS = "llm-retire"
@@ -141,7 +157,12 @@ def grants(objs: Iterable[Obj], account: str, namespace: str = PRODUCT_NS) -> se
         assert ref["apiGroup"] == "rbac.authorization.k8s.io"
         role = find(objs, ref["kind"], ref["name"], None if ref["kind"] == "ClusterRole" else scope)
         for rule in role.get("rules") or []:
-            assert not rule.get("nonResourceURLs"), "no process calls a non-resource URL"
+            if rule.get("nonResourceURLs"):
+                assert not rule.get("resources") and not rule.get("apiGroups"), rule
+                for url in rule["nonResourceURLs"]:
+                    for verb in rule["verbs"]:
+                        out.add((scope, NON_RESOURCE, url, verb, None))
+                continue
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
                     for verb in rule["verbs"]:
@@ -159,11 +180,12 @@ def within(namespace: str, grants_: set[Grant]) -> set[Grant]:
 
 
 KUEUE, _, WORKLOADS = KUEUE_WORKLOAD_API
-#: The worker's reads and writes that end nothing (ClusterRole retire-worker).
+#: A grant of a non-resource URL: (scope, NON_RESOURCE, url, verb, None).
+NON_RESOURCE = "nonResourceURL"
+#: The worker's reads and writes that change no replica (ClusterRole retire-worker).
 WORKER_READS = cluster(
     ("", "pods", "get"),  # kube/members.py read_member
     ("", "pods", "list"),  # activities/admit.py, activities/withdrawal.py router_pods
-    ("", "pods", "patch"),  # kube/members.py set_eligibility (disqualify, restore)
     ("", "services", "list"),  # activities/withdrawal.py
     ("discovery.k8s.io", "endpointslices", "list"),  # activities/admit.py, withdrawal.py
     ("", "events", "create"),  # kube/events.py post_event (activities/publish.py)
@@ -172,8 +194,9 @@ WORKER_READS = cluster(
     (KUEUE, WORKLOADS, "get"),  # activities/deletion.py
     (KUEUE, WORKLOADS, "list"),  # activities/admit.py
 )
-#: What ends a replica (ClusterRole retire-worker-destructive).
+#: What changes or ends a replica (ClusterRole retire-worker-destructive).
 WORKER_DESTRUCTIVE = cluster(
+    ("", "pods", "patch"),  # kube/members.py set_eligibility (disqualify, restore)
     ("", "pods", "delete"),  # kube/members.py delete_member (activities/deletion.py)
     ("", "pods/exec", "get"),  # kube/podexec.py: the websocket GET of the drain read
     ("", "pods/exec", "create"),  # ... which the API server also authorizes as create
@@ -183,13 +206,20 @@ WATCHER_CLUSTER = cluster(
     ("", "pods", "get"),  # kube/members.py read_member after a refused label patch
     ("", "pods", "list"),  # kube/watching.py, watcher/reconcile.py
     ("", "pods", "watch"),  # kube/watching.py
-    ("", "pods", "patch"),  # kube/members.py set_eligibility
     (GROUP, PLURAL, "get"),  # watcher/reconcile.py _gone
     (GROUP, PLURAL, "list"),  # kube/watching.py, watcher/reconcile.py
     (GROUP, PLURAL, "watch"),  # kube/watching.py
     (GROUP, PLURAL, "patch"),  # watcher/reconcile.py _clear_annotation
     ("", "events", "create"),  # kube/events.py post_event
 )
+#: The eligibility label (ClusterRole retire-watcher-label).
+WATCHER_LABEL = cluster(("", "pods", "patch"))  # kube/members.py set_eligibility
+#: The token llm-d's picker authorises (activities/routers/llmd.py; deploy/base/llmd-metrics.yaml).
+LLMD_ACCOUNT = "retire-llmd-metrics"
+LLMD_READER = {("*", NON_RESOURCE, "/metrics", "get", None)}
+#: Where the worker finds it (``RETIRE_LLMD_TOKEN_FILE``), and where its own token is.
+LLMD_TOKEN_FILE = "/var/run/secrets/llm-retire/llmd-metrics/token"
+OWN_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 LEASE = "retire-watcher"
 #: kubernetes.leaderelection LeaseLock: read_, create_, replace_namespaced_lease.
 WATCHER_LEASE = {
@@ -199,26 +229,29 @@ WATCHER_LEASE = {
 }
 
 
-def model_namespaces(objs: Iterable[Obj]) -> set[str]:
-    """Where the namespaced-grants component binds the worker's delete and exec."""
+def model_namespaces(objs: Iterable[Obj], role: str = "retire-worker-destructive") -> set[str]:
+    """Where the namespaced-grants component binds ``role`` (the worker's label patch, delete
+    and exec; ``retire-watcher-label``: the watcher's label patch)."""
     return {
         b["metadata"]["namespace"]
         for b in objs
-        if b["kind"] == "RoleBinding" and b["roleRef"]["name"] == "retire-worker-destructive"
+        if b["kind"] == "RoleBinding" and b["roleRef"]["name"] == role
     }
 
 
 def expected_grants(overlay: str, objs: list[Obj]) -> dict[str, set[Grant]]:
     """The permission table of each ServiceAccount in ``overlay``."""
-    if overlay == "namespaced":
-        namespaces = model_namespaces(objs)
-        assert namespaces, "the namespaced overlay names no model namespace"
-        destructive = set().union(*(within(ns, WORKER_DESTRUCTIVE) for ns in namespaces))
+    if overlay == CLUSTER_WIDE:
+        destructive, label = WORKER_DESTRUCTIVE, WATCHER_LABEL
     else:
-        destructive = WORKER_DESTRUCTIVE
+        namespaces = model_namespaces(objs)
+        assert namespaces, f"{overlay} names no model namespace"
+        destructive = set().union(*(within(ns, WORKER_DESTRUCTIVE) for ns in namespaces))
+        label = set().union(*(within(ns, WATCHER_LABEL) for ns in namespaces))
     return {
         "retire-worker": WORKER_READS | destructive,
-        "retire-watcher": WATCHER_CLUSTER | WATCHER_LEASE,
+        "retire-watcher": WATCHER_CLUSTER | label | WATCHER_LEASE,
+        LLMD_ACCOUNT: LLMD_READER,
     }
 
 
@@ -281,6 +314,7 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.Mon
 PEM = {
     "tls.crt": b"-----BEGIN CERTIFICATE-----\nMIIBclient\n-----END CERTIFICATE-----\n",
     "tls.key": b"-----BEGIN PRIVATE KEY-----\nMIIBkey\n-----END PRIVATE KEY-----\n",
+    "ca.crt": b"-----BEGIN CERTIFICATE-----\nMIIBca\n-----END CERTIFICATE-----\n",
 }
 
 
@@ -344,7 +378,10 @@ def test_every_overlay_installs_the_whole_product(overlay: str) -> None:
     assert all(
         o["metadata"].get("namespace") in (None, PRODUCT_NS)
         for o in objs
-        if (o["kind"] != "RoleBinding" or o["roleRef"]["name"] != "retire-worker-destructive")
+        if (
+            o["kind"] != "RoleBinding"
+            or o["roleRef"]["name"] not in ("retire-worker-destructive", "retire-watcher-label")
+        )
     )
 
 
@@ -376,6 +413,7 @@ def test_each_service_account_has_exactly_what_its_code_calls(overlay: str) -> N
             assert {(s["kind"], s["name"], s["namespace"]) for s in b["subjects"]} <= {
                 ("ServiceAccount", "retire-worker", PRODUCT_NS),
                 ("ServiceAccount", "retire-watcher", PRODUCT_NS),
+                ("ServiceAccount", LLMD_ACCOUNT, PRODUCT_NS),
             }
 
 
@@ -395,11 +433,15 @@ def test_the_split_the_issue_asks_for(overlay: str) -> None:
         assert "*" not in g[1:4], g
         assert g[2] not in ("secrets", "configmaps", "serviceaccounts/token"), g
         assert g[3] not in ("escalate", "bind", "impersonate"), g
-    if overlay == "namespaced":
-        # Delete and exec only in the model namespaces.
-        assert {g[0] for g in worker if g[3] == "delete" or g[2] == "pods/exec"} == (
-            model_namespaces(objs)
-        )
+    if overlay != CLUSTER_WIDE:
+        # A Pod's label, delete and exec only in the model namespaces, for both.
+        changes = {
+            g[0]
+            for g in worker | watcher
+            if (g[3] in ("patch", "delete") and g[2] in ("pods", "workloads"))
+            or g[2] == "pods/exec"
+        }
+        assert changes == model_namespaces(objs), changes
 
 
 def _calls(paths: Iterable[str]) -> str:
@@ -417,25 +459,196 @@ def test_the_code_keeps_to_the_split() -> None:
         assert call not in worker_code, call
 
 
-def test_namespaced_grants_and_watched_namespaces_agree() -> None:
-    objs = render("overlays/namespaced")
+@pytest.mark.parametrize("overlay", [o for o in OVERLAYS if o != CLUSTER_WIDE])
+def test_namespaced_grants_watched_namespaces_and_egress_agree(overlay: str) -> None:
+    """The default: the four lists of model namespaces (two RoleBindings each, the
+    watcher's --watch-namespace, the worker's egress) are one list."""
+    objs = render(f"overlays/{overlay}")
     assert not [
         o
         for o in objs
-        if o["kind"] == "ClusterRoleBinding" and o["roleRef"]["name"] == "retire-worker-destructive"
+        if o["kind"] == "ClusterRoleBinding"
+        and o["roleRef"]["name"] in ("retire-worker-destructive", "retire-watcher-label")
     ]
     namespaces = model_namespaces(objs)
-    assert PRODUCT_NS not in namespaces
+    assert namespaces and PRODUCT_NS not in namespaces
+    assert model_namespaces(objs, "retire-watcher-label") == namespaces
     _dep, _pod, ctr = container(objs, "watcher")
     watched = {a.split("=", 1)[1] for a in ctr["args"] if a.startswith("--watch-namespace=")}
     assert watched == namespaces
+    assert egress_namespaces(objs) == namespaces
     for b in objs:
         if b["kind"] == "RoleBinding" and b["metadata"]["namespace"] in namespaces:
-            assert b["roleRef"] == {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "retire-worker-destructive",
+            assert b["roleRef"]["apiGroup"] == "rbac.authorization.k8s.io"
+            assert b["roleRef"]["kind"] == "ClusterRole"
+            assert b["roleRef"]["name"] in ("retire-worker-destructive", "retire-watcher-label")
+
+
+def test_the_base_alone_grants_nothing_that_changes_a_replica() -> None:
+    """Without a grants component nothing is bound that labels, execs or deletes: an install
+    that forgets one can change nothing, rather than everything."""
+    objs = render("base")
+    for account in ("retire-worker", "retire-watcher"):
+        have = grants(objs, account)
+        assert not {g for g in have if g[3] in ("patch", "delete") and g[2] == "pods"}, account
+        assert not {g for g in have if g[2] == "pods/exec"}, account
+
+
+def test_cluster_wide_grants_only_where_asked() -> None:
+    objs = render(f"overlays/{CLUSTER_WIDE}")
+    assert model_namespaces(objs) == set()
+    _dep, _pod, ctr = container(objs, "watcher")
+    assert not [a for a in ctr["args"] if a.startswith("--watch-namespace")]
+    assert grants(objs, "retire-worker") >= WORKER_DESTRUCTIVE
+    assert grants(objs, "retire-watcher") >= WATCHER_LABEL
+
+
+# ---------------------------------------------------------------------------- llm-d's token
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_picker_token_is_a_dedicated_metrics_only_one(overlay: str) -> None:
+    objs = render(f"overlays/{overlay}")
+    assert grants(objs, LLMD_ACCOUNT) == LLMD_READER
+    sa = find(objs, "ServiceAccount", LLMD_ACCOUNT, PRODUCT_NS)
+    assert sa["automountServiceAccountToken"] is False  # no Pod runs as it
+    secret = find(objs, "Secret", "retire-llmd-metrics-token", PRODUCT_NS)
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    assert secret["metadata"]["annotations"] == {"kubernetes.io/service-account.name": LLMD_ACCOUNT}
+    assert "data" not in secret and "stringData" not in secret  # the token controller fills it
+    dep, pod, ctr = container(objs, "worker")
+    assert pod["serviceAccountName"] != LLMD_ACCOUNT
+    env = container_env(objs, dep, ctr, pod_name="w")
+    path = env["RETIRE_LLMD_TOKEN_FILE"]
+    assert path == LLMD_TOKEN_FILE and not path.startswith(OWN_TOKEN_DIR)
+    # The file is the Secret's token, mounted read-only, and nothing else of it.
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (mount,) = [m for m in ctr["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+    assert mount["readOnly"] is True
+    source = volumes[mount["name"]]["secret"]
+    assert source["secretName"] == "retire-llmd-metrics-token"
+    assert source["items"] == [{"key": "token", "path": path[len(mount["mountPath"]) + 1 :]}]
+    # The watcher has no use for it.
+    wdep, _wpod, wctr = container(objs, "watcher")
+    assert "RETIRE_LLMD_TOKEN_FILE" not in container_env(objs, wdep, wctr, pod_name="x")
+
+
+def test_the_code_reads_the_token_the_manifests_mount() -> None:
+    from activities.routers.llmd import OWN_TOKEN_FILE, TOKEN_FILE_ENV, token_file
+
+    assert TOKEN_FILE_ENV == "RETIRE_LLMD_TOKEN_FILE"
+    assert f"{OWN_TOKEN_DIR}/token" == OWN_TOKEN_FILE
+    assert token_file({}) is None  # no default: never the worker's own
+    assert token_file({TOKEN_FILE_ENV: LLMD_TOKEN_FILE}) == LLMD_TOKEN_FILE
+
+
+# ---------------------------------------------------------------------------- NetworkPolicies
+
+
+def policies_of(objs: list[Obj], component: str) -> list[Obj]:
+    """The NetworkPolicies that select ``component``'s Pods."""
+    dep, _pod, _ctr = container(objs, component)
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    out = []
+    for np in (o for o in objs if o["kind"] == "NetworkPolicy"):
+        assert np["metadata"]["namespace"] == PRODUCT_NS
+        sel = np["spec"]["podSelector"]
+        assert set(sel) <= {"matchLabels"}, sel
+        if sel.get("matchLabels", {}).items() <= labels.items():
+            out.append(np)
+    return out
+
+
+def egress_namespaces(objs: list[Obj]) -> set[str]:
+    """The namespaces the worker's egress to router and member Pods names."""
+    found: set[str] = set()
+    for np in policies_of(objs, "worker"):
+        for rule in np["spec"].get("egress") or []:
+            for peer in rule.get("to") or []:
+                if "namespaceSelector" not in peer or "podSelector" not in peer:
+                    continue
+                for e in peer["namespaceSelector"].get("matchExpressions") or []:
+                    if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "In":
+                        found |= set(e["values"])
+    return found
+
+
+def _egress(objs: list[Obj], component: str) -> list[tuple[str, Obj, tuple[Any, ...]]]:
+    """Every (policy, peer, ports) the component's Pods may reach."""
+    out = []
+    for np in policies_of(objs, component):
+        for rule in np["spec"].get("egress") or []:
+            given = rule.get("ports") or []
+            ports = tuple(sorted((p.get("protocol", "TCP"), p["port"]) for p in given)) or ("any",)
+            for peer in rule["to"]:
+                out.append((np["metadata"]["name"], peer, ports))
+    return out
+
+
+DNS_PEER = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+}
+DNS_PORTS = (("TCP", 53), ("UDP", 53))
+API_PORTS = (("TCP", 443), ("TCP", 6443))
+ANYWHERE = ({"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}})
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_network_policies_allow_only_what_the_code_reaches(overlay: str, component: str) -> None:
+    objs = render(f"overlays/{overlay}")
+    nps = policies_of(objs, component)
+    # Isolated both ways.
+    assert any("Ingress" in np["spec"]["policyTypes"] for np in nps)
+    assert any("Egress" in np["spec"]["policyTypes"] for np in nps)
+    # In: only its own health or metrics port, by name.
+    ingress = [r for np in nps for r in np["spec"].get("ingress") or []]
+    port = "metrics" if component == "worker" else "health"
+    assert ingress == [{"ports": [{"port": port, "protocol": "TCP"}]}]
+    _dep, _pod, ctr = container(objs, component)
+    assert port in {p["name"] for p in ctr["ports"]}
+    # Out: DNS, the API server, Temporal, and (the worker) the model namespaces' Pods.
+    allowed = []
+    for _name, peer, ports in _egress(objs, component):
+        if peer == DNS_PEER:
+            assert ports == DNS_PORTS
+        elif peer in ANYWHERE and ports == API_PORTS:
+            pass
+        elif ports == (("TCP", 7233),):
+            allowed.append(("temporal", peer))
+        else:
+            assert component == "worker", (component, peer, ports)
+            assert ports == ("any",)
+            pods = peer["podSelector"]
+            assert pods in (
+                {"matchLabels": {"app.kubernetes.io/name": "model-deployment"}},
+                {
+                    "matchExpressions": [
+                        {"key": "modeldeployment.gpustack.ai/router", "operator": "Exists"}
+                    ]
+                },
+            ), pods
+            if overlay == CLUSTER_WIDE:
+                assert peer["namespaceSelector"] == {}
+            else:
+                assert egress_namespaces(objs) == model_namespaces(objs)
+    temporal = [peer for kind, peer in allowed if kind == "temporal"]
+    assert temporal, "no egress to Temporal"
+    if overlay.startswith("temporal-cloud"):
+        assert tuple(temporal) == ANYWHERE  # a host a NetworkPolicy cannot name: the port only
+    else:
+        assert temporal == [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "temporal"}},
+                "podSelector": {
+                    "matchLabels": {
+                        "app.kubernetes.io/name": "temporal",
+                        "app.kubernetes.io/component": "frontend",
+                    }
+                },
             }
+        ]
 
 
 # ---------------------------------------------------------------------------- Deployments
@@ -509,7 +722,9 @@ def test_the_watcher_is_probed_on_its_real_health_port(
 
 EXPECTED_TEMPORAL = {
     "in-cluster-temporal": ("temporal-frontend.temporal:7233", "default"),
+    "in-cluster-temporal-plaintext": ("temporal-frontend.temporal:7233", "default"),
     "namespaced": ("temporal-frontend.temporal:7233", "default"),
+    "cluster-wide": ("temporal-frontend.temporal:7233", "default"),
     "temporal-cloud": (
         "your-namespace.your-account.tmprl.cloud:7233",
         "your-namespace.your-account",
@@ -549,22 +764,25 @@ def test_each_overlay_dials_the_temporal_it_claims(
         settings = resolve(ConnectionFlags.from_args(a), environ=env)
     address, namespace = EXPECTED_TEMPORAL[overlay]
     assert (settings.address, settings.namespace) == (address, namespace)
-    if overlay in ("in-cluster-temporal", "namespaced"):
+    if overlay == "in-cluster-temporal-plaintext":
         assert settings.tls is False and settings.api_key is None
     elif overlay == "temporal-cloud":
         assert settings.tls is True
         assert settings.api_key == "<secret:temporal-api-key/api-key>"
     else:
+        # mTLS: the client certificate and key; in the cluster, the private CA too.
         assert isinstance(settings.tls, TLSConfig) and settings.api_key is None
         assert settings.tls.client_cert == PEM["tls.crt"]
         assert settings.tls.client_private_key == PEM["tls.key"]
-        assert set(secret_mounts_of(dep, ctr).values()) == {"temporal-mtls"}
+        in_cluster = overlay != "temporal-cloud-mtls"
+        assert settings.tls.server_root_ca_cert == (PEM["ca.crt"] if in_cluster else None)
+        assert "temporal-mtls" in set(secret_mounts_of(dep, ctr).values())
 
 
 def _read_variables() -> set[str]:
     """Every TEMPORAL_* and RETIRE_* name the connection layer and the two programs name."""
     sources = ["connection/settings.py", "connection/flags.py", "worker/config.py"]
-    sources.append("watcher/__main__.py")
+    sources += ["watcher/__main__.py", "activities/routers/llmd.py", "activities/routers/kinds.py"]
     text = "\n".join((REPO_ROOT / s).read_text() for s in sources)
     return set(re.findall(r"\b(?:TEMPORAL|RETIRE)_[A-Z_]*[A-Z]\b", text))
 
@@ -647,8 +865,8 @@ def test_the_dockerfile_is_lint_clean_structurally() -> None:
             stages.append(alias.strip())
             name, _, tag = image.partition(":")
             assert name == "python", image
-            # Pinned: a patch release and a Debian release, never a moving tag.
-            assert re.fullmatch(r"\d+\.\d+\.\d+-slim-[a-z]+(@sha256:[0-9a-f]{64})?", tag), image
+            # Pinned: a patch release, a Debian release, and the digest of that image.
+            assert re.fullmatch(r"\d+\.\d+\.\d+-slim-[a-z]+@sha256:[0-9a-f]{64}", tag), image
         assert word != "ADD", "COPY, not ADD (no URLs, no archives unpacked)"
         assert not re.search(r"https?://|git@", rest) or word == "RUN", (word, rest)
         if word == "RUN":
