@@ -1,11 +1,19 @@
 """What ``retire status`` and ``retire watch`` print: a retirement as a page for a person
 (target, phase and deadline, per-member readings, what is held and why, the reasons, a
 phase timeline drawn in the terminal, and the commands to act on it), or as JSON / YAML
-for a machine.  Pure functions of the queried state and the time."""
+for a machine.  Pure functions of the queried state and the time.
+
+Much of a state's text comes from outside: a router's answer, an engine's error, a Pod's
+name.  The page is for a terminal, so every line goes through ``printable``: a control
+character (an escape sequence's ESC, a bell, a carriage return or line feed that would
+forge another line, C1 controls) or a bidirectional override is shown as its escape
+(``\\x1b``, ``\\u202e``), never sent.  JSON and YAML escape them themselves.
+"""
 
 from __future__ import annotations
 
 import json
+import unicodedata
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +35,25 @@ LETTER = {
     Phase.COMPLETED: "C",
     Phase.ABORTED: "!",
 }
+
+
+#: Format characters that reorder what a terminal shows (bidirectional embeddings, overrides
+#: and isolates, and the marks): shown escaped like the control characters.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def printable(text: str) -> str:
+    """``text`` safe for a terminal line: a tab is a space, every other control character
+    and bidirectional format character is shown as its escape."""
+    out = []
+    for c in text:
+        if c == "\t":
+            out.append(" ")
+        elif c in _BIDI or unicodedata.category(c) == "Cc":
+            out.append(f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+        else:
+            out.append(c)
+    return "".join(out)
 
 
 def as_data(st: RetirementState) -> dict[str, Any]:
@@ -135,4 +162,4 @@ def page(st: RetirementState, now: datetime) -> str:
         else:
             out.append(f"  retire retry {ref} --token <new token>")
         out.append(f"  retire cancel-intent {ref}      (the replica is wanted after all)")
-    return "\n".join(out) + "\n"
+    return "\n".join(printable(line) for line in out) + "\n"

@@ -35,29 +35,39 @@ DEFAULT_NAMESPACE = "default"
 _BOOLEANS = {"1": True, "true": True, "0": False, "false": False}
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class ConnectionSettings:
-    """Everything ``Client.connect`` needs, resolved and validated; files already read."""
+    """Everything ``Client.connect`` needs, resolved and validated; files already read.
+
+    Its ``repr`` (and ``str``) names the address, the namespace, how the connection is
+    secured and where it came from, never a secret: not the API key, the client key, the
+    certificates or the gRPC metadata (``TLSConfig``'s own repr prints the key)."""
 
     address: str
     namespace: str
-    api_key: str | None = field(default=None, repr=False)
+    api_key: str | None = None
     tls: bool | TLSConfig = False
-    rpc_metadata: Mapping[str, str] = field(default_factory=dict, repr=False)
+    rpc_metadata: Mapping[str, str] = field(default_factory=dict)
     origin: str = "defaults"
     """Where the profile came from, for log lines (never the secrets)."""
 
+    def security(self) -> str:
+        """``mTLS``, ``TLS`` or ``plaintext``."""
+        if isinstance(self.tls, TLSConfig) and self.tls.client_cert:
+            return "mTLS"
+        return "TLS" if self.tls else "plaintext"
+
     def describe(self) -> str:
         """One log line: where, which namespace, how secured; the key is never printed."""
-        security = (
-            "mTLS"
-            if isinstance(self.tls, TLSConfig) and self.tls.client_cert
-            else "TLS"
-            if self.tls
-            else "plaintext"
-        )
         key = ", API key" if self.api_key else ""
-        return f"{self.address} namespace {self.namespace} ({security}{key}; {self.origin})"
+        return f"{self.address} namespace {self.namespace} ({self.security()}{key}; {self.origin})"
+
+    def __repr__(self) -> str:
+        key = "<set>" if self.api_key else None
+        return (
+            f"ConnectionSettings(address={self.address!r}, namespace={self.namespace!r}, "
+            f"security={self.security()!r}, api_key={key!r}, origin={self.origin!r})"
+        )
 
 
 def _bool_env(environ: Mapping[str, str], name: str) -> bool | None:

@@ -276,6 +276,21 @@ def test_the_api_key_is_never_printed() -> None:
     assert "API key" in s.describe()
 
 
+def test_the_mtls_key_is_never_printed(pem: dict[str, Path]) -> None:
+    """Neither the settings nor the worker's configuration print the client key (or the
+    certificates) in their repr or str, whatever logs them (issue 22)."""
+    from worker.config import WorkerConfig
+
+    argv = ["--tls-cert", str(pem["cert"]), "--tls-key", str(pem["key"]), "--api-key", "k3y"]
+    s = settings(argv)
+    assert isinstance(s.tls, TLSConfig) and s.tls.client_private_key == KEY
+    cfg = WorkerConfig.parse(argv, environ={})
+    for shown in (repr(s), str(s), f"{s!r}", repr(cfg), str(cfg)):
+        assert "MIIBkey" not in shown and "PRIVATE KEY" not in shown, shown
+        assert "MIIBcert" not in shown and "k3y" not in shown, shown
+    assert "mTLS" in repr(s) and "127.0.0.1:7233" in repr(s)
+
+
 # --- connect -----------------------------------------------------------------------------
 
 

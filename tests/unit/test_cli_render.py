@@ -98,3 +98,36 @@ def test_machine_formats_carry_the_whole_state() -> None:
 def test_a_state_without_a_timeline_renders() -> None:
     st = state(phase_timeline=[], target=None, last_readings={})
     assert "(no phase yet)" in render.page(st, T0)
+
+
+def test_text_from_routers_reaches_the_terminal_only_as_printable_escapes() -> None:
+    """A router's answer, an engine's error or a name can carry escape sequences (colours,
+    cursor moves, a terminal title, a hyperlink), a carriage return or line feed that would
+    forge a line of the page, C1 controls or a bidirectional override: the page shows each
+    as its escape and sends none (issue 22)."""
+    hostile = "HTTP 200 \x1b]0;owned\x07\x1b[2J\x1b[31mred\r\nReasons\n  - fine\x9b1m \u202egnp.exe"
+    st = state(
+        last_readings={"llm-1": hostile, "router/gw\x1b[8m": hostile},
+        reasons=[hostile],
+        unrestored={"llm-1": hostile},
+    )
+    text = render.page(st, T0 + timedelta(seconds=20))
+    lines = text.split("\n")
+    for line in lines:
+        bad = [c for c in line if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or c == "\u202e"]
+        assert not bad, (line, bad)
+    assert "\\x1b[31mred\\x0d\\x0aReasons\\x0a  - fine\\x9b1m \\u202egnp.exe" in text
+    assert "router/gw\\x1b[8m" in text
+    # No line was forged: one "Reasons" header, and the reading stayed on its member's line.
+    assert [line for line in lines if line == "Reasons"] == ["Reasons"]
+    (member,) = [line for line in lines if line.startswith("  llm-1 ")]
+    assert member.endswith("\\u202egnp.exe")
+    # JSON and YAML escape them themselves.
+    assert "\x1b" not in render.machine(st, "json") and "\x1b" not in render.machine(st, "yaml")
+
+
+def test_printable_keeps_ordinary_text() -> None:
+    assert render.printable("in_flight=3 counters=5 · ünïcode ✓") == (
+        "in_flight=3 counters=5 · ünïcode ✓"
+    )
+    assert render.printable("a\tb") == "a b"
