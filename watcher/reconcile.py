@@ -48,7 +48,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from kube.api import KubeApi
 from kube.deployment import MalformedDeployment, ModelDeployment, Role, parse_deployment
-from kube.errors import Conflict, KubeError, NotFound
+from kube.errors import Conflict, Forbidden, KubeError, NotFound
 from kube.events import MESSAGE_CAP, post_event
 from kube.members import LabelChange, set_eligibility
 from kube.objects import ObjectRef, Pod, pod_ready
@@ -91,6 +91,8 @@ log = logging.getLogger("retire-watcher")
 
 #: How long the state of a terminated run is waited for (a worker replays its history).
 TERMINATED_QUERY_TIMEOUT = timedelta(seconds=5)
+#: What became of a terminated run's ``status.retirement`` (``Reconciler._clear_mirror``).
+CLEARED, FORBIDDEN = "cleared", "forbidden"
 
 
 @dataclass(frozen=True)
@@ -521,30 +523,32 @@ class Reconciler:
 
     async def _clear_mirror(
         self, wid: str, run_id: str, md: ModelDeployment, target: Target | None
-    ) -> tuple[dict[str, Any], bool]:
+    ) -> tuple[dict[str, Any], str]:
         """Remove ``status.retirement`` if it still mirrors the terminated run ``run_id``:
         it names ``wid``, the deployment is the one the run admitted (its UID), and no
         newer run of ``wid`` exists (asked after the read, so a newer run's status is
         never taken for this one's).  The status subresource's merge patch carries the
         version read and the admitted UID as preconditions: a write in between is a
         Conflict, and the whole check is made again.  Returns what ``status.retirement``
-        said when read, and whether it was removed."""
+        said when read, and ``CLEARED``, ``FORBIDDEN`` (RBAC does not let the watcher
+        write the status: said in the Event, never retried in a loop) or "" (not this
+        run's to clear)."""
         admitted_uid = target.deployment_uid if target is not None else ""
         for _ in range(3):
             try:
                 raw = self.kube.get_deployment(namespace=md.namespace, name=md.name)
             except NotFound:
-                return {}, False
+                return {}, ""
             mirrored = _retirement_status(raw)
             meta = raw.get("metadata") or {}
             if mirrored.get("workflowID") != wid:
-                return {}, False  # not this workflow's (or already cleared)
+                return {}, ""  # not this workflow's (or already cleared)
             if admitted_uid and meta.get("uid") != admitted_uid:
-                return {}, False  # re-created since: the status is another run's
+                return {}, ""  # re-created since: the status is another run's
             self.metrics.temporal_calls.labels(call="describe").inc()
             latest = await self.temporal.get_workflow_handle(wid).describe()
             if latest.run_id != run_id:
-                return {}, False  # a newer run: the status may be its own
+                return {}, ""  # a newer run: the status may be its own
             precondition: dict[str, Any] = {"resourceVersion": meta.get("resourceVersion")}
             if admitted_uid:
                 precondition["uid"] = admitted_uid
@@ -555,10 +559,13 @@ class Reconciler:
                     patch={"metadata": precondition, "status": {"retirement": None}},
                 )
             except NotFound:
-                return mirrored, False
+                return mirrored, ""
+            except Forbidden as e:
+                log.warning("%s: status.retirement not cleared: %s", wid, e)
+                return mirrored, FORBIDDEN
             except Conflict:
                 continue  # written in between (or re-created): read and check again
-            return mirrored, True
+            return mirrored, CLEARED
         raise Conflict(
             f"clear status.retirement of ModelDeployment {md.namespace}/{md.name}",
             status=409,
@@ -950,7 +957,7 @@ def _terminated_message(
     *,
     md: ModelDeployment,
     replica: str,
-    cleared: bool,
+    cleared: str,
     single: list[Pod],
     group: list[Pod],
     source: str,
@@ -961,7 +968,14 @@ def _terminated_message(
     could; "nothing" when neither says)."""
     parts = [
         f"{wid} (run {run_id}, replica {replica}) was terminated: its restore was skipped"
-        + ("; status.retirement cleared" if cleared else "")
+        + (
+            "; status.retirement cleared"
+            if cleared == CLEARED
+            else "; status.retirement could not be cleared: the watcher may not patch "
+            "modeldeployments/status (RBAC)"
+            if cleared == FORBIDDEN
+            else ""
+        )
     ]
     if source == "nothing":
         parts.append(

@@ -20,7 +20,7 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCStatusCode
 
-from kube.errors import Conflict
+from kube.errors import Conflict, Forbidden
 from retirement.models import MemberTarget, RetirementRequest, Target
 from retirement.names import LABEL_ELIGIBLE
 from retirement.phases import Phase
@@ -249,6 +249,26 @@ async def test_a_status_that_cannot_be_cleared_is_read_again_on_the_next_reconci
     await w.pass_()
     assert "retirement" not in status_of(w)
     assert len(terminated_events(w)) == 1 and count(w, "single") == 1
+
+
+async def test_a_status_the_watcher_may_not_write_is_said_not_retried_for_ever(
+    w: World,
+) -> None:
+    """RBAC does not let the watcher patch ``modeldeployments/status`` (the deploy/ roles
+    grant it no status write): the Event says the status could not be cleared, the label
+    is still repaired, and the deployment's reconcile neither fails nor retries it."""
+    t = single_member_world(w)
+    await terminated_mid_drain(w, t)
+    forbidden = Forbidden("patch status of ModelDeployment", status=403, reason="Forbidden")
+    w.kube.fail("patch_deployment_status", forbidden, times=5)
+    await w.pass_(times=2)
+    assert status_of(w)["retirement"]["state"] == "Draining"
+    (event,) = terminated_events(w)
+    assert "status.retirement could not be cleared: the watcher may not patch" in event["message"]
+    assert w.eligible(f"{MD}-server-1") == "true"
+    assert w.events("ReconcileFailed") == []
+    assert len(w.kube.called("patch_deployment_status")) == 1
+    assert count(w, "single") == 1
 
 
 async def test_without_the_run_s_state_the_status_says_which_members(w: World) -> None:
