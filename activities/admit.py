@@ -57,6 +57,7 @@ from retirement.shape import (
     Wiring,
     declared_wiring,
     disagreement,
+    exact_load,
     member_index,
     read_shape,
     read_wiring,
@@ -160,6 +161,9 @@ def _bind(api: KubeApi, inp: AdmitInput) -> Target:
             measured=p.name in measured,
             served=served.get(p.uid),
             never_started=p.name in never,
+            exact=exact_load(
+                engine=engine, version=md.engine.version, wiring=_running(engine, p)[0]
+            ),
         )
         for p in targets
     ]
@@ -327,8 +331,15 @@ def _started(p: Pod) -> bool:
 
 
 def _member(
-    p: Pod, *, measured: bool, served: int | None = None, never_started: bool = False
+    p: Pod,
+    *,
+    measured: bool,
+    served: int | None = None,
+    never_started: bool = False,
+    exact: bool = False,
 ) -> MemberTarget:
+    """One admitted member; ``exact``: its engine counts its requests at ``GET /load``
+    (read by every drain read of a measured member that started)."""
     name = p.name
     main = p.container(ENGINE_CONTAINER)
     if main is None:
@@ -369,6 +380,7 @@ def _member(
         metrics_port=port,
         metrics_scheme=scheme or "http",
         metrics_path=path or "/metrics",
+        exact_load=exact and measured and not never_started,
         labels=labels,
     )
 

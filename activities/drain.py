@@ -29,6 +29,7 @@ from kube.api import KubeApi
 from kube.errors import KubeError
 from kube.members import MemberGone, read_member
 from retirement.drain import (
+    SGLANG_GAUGE_SETTLE_S,
     DrainProgress,
     busy_in_flight,
     next_read_in,
@@ -38,7 +39,13 @@ from retirement.drain import (
 from retirement.models import DrainHeartbeat, MemberTarget, Observation, PhaseInput, Target
 from retirement.names import ENGINE_CONTAINER
 from retirement.phases import Verdict
-from retirement.readings import SERIES, Sample, parse_oneshot_output, unknown
+from retirement.readings import (
+    Sample,
+    parse_oneshot_output,
+    series_for,
+    steps_counted,
+    unknown,
+)
 
 OUTPUT_CAP = 64 * 1024
 
@@ -127,7 +134,10 @@ def exec_oneshot(api: KubeApi, target: Target, m: MemberTarget) -> tuple[str, st
         scheme, path = valid_scheme(m.metrics_scheme), valid_path(m.metrics_path)
     except ValueError as e:
         return "", f"read refused: {e}"
-    argv = command(port=port, scheme=scheme, path=path, names=SERIES[target.engine].all)
+    series = series_for(target.engine, target.engine_version)
+    if series is None:
+        return "", f"read refused: unknown engine {target.engine!r}"
+    argv = command(port=port, scheme=scheme, path=path, names=series.all, exact=m.exact_load)
     slots = exec_slots()
     with slots.slot(EXEC_SLOT_WAIT_S) as got:
         if not got:
@@ -172,7 +182,9 @@ def sample_member(api: KubeApi, target: Target, m: MemberTarget) -> Sample:
         return unknown("container main changed during the read")
     if error:
         return unknown(error)
-    return parse_oneshot_output(engine=target.engine, stdout=stdout)
+    return parse_oneshot_output(
+        engine=target.engine, stdout=stdout, version=target.engine_version, exact=m.exact_load
+    )
 
 
 def drain(api: KubeApi, inp: PhaseInput) -> Observation:
@@ -190,6 +202,7 @@ def drain(api: KubeApi, inp: PhaseInput) -> Observation:
 
     target = inp.target
     members = [m for m in target.members if m.measured]
+    settle_s = 0.0 if steps_counted(target.engine, target.engine_version) else SGLANG_GAUGE_SETTLE_S
     state: DrainHeartbeat = resumed(DrainHeartbeat) or DrainHeartbeat()
     progress: list[DrainProgress] = [
         resume(state.progress, now=datetime.now(UTC), poll_interval_s=inp.poll_interval_s)
@@ -232,6 +245,7 @@ def drain(api: KubeApi, inp: PhaseInput) -> Observation:
                 samples=samples,
                 not_withdrawn="" if check.verdict is Verdict.VERIFIED else check.reason,
                 at=datetime.now(UTC),
+                settle_s=settle_s,
             )
             progress[0] = new
             return Observation(
@@ -258,4 +272,5 @@ def _describe(s: Sample) -> str:
         return f"UNKNOWN: {s.reason}"
     counters = ",".join(f"{c:g}" for c in s.counters)
     said = f" ({s.reason})" if s.reason else ""
-    return f"in_flight={s.in_flight:g} counters={counters}{said}"
+    exact = f" exact={s.exact}" if s.exact is not None else ""
+    return f"in_flight={s.in_flight:g}{exact} counters={counters}{said}"

@@ -2,9 +2,12 @@
 
 No string from any object is spliced into the command: the script is this constant, and
 its arguments are a validated port number, a scheme from an allow-list, a path that passed
-a strict pattern, and the expected series names (constants of this project).  It GETs the
-engine's metrics over loopback with a 2 s timeout and a 1 MiB body cap, sums each expected
-series over its label sets, and prints ``name<TAB>value`` lines then ``#end``, or
+a strict pattern, a mode (``plain`` or ``exact``), and the expected series names (constants
+of this project).  It GETs the engine's metrics over loopback with a 2 s timeout and a
+1 MiB body cap, sums each expected series over its label sets, and in ``exact`` mode then
+GETs the engine's request-level count (``/load``, a constant path, on the same port: the
+API server serves both; after the metrics, so a request arriving between the two is still
+counted); it prints ``name<TAB>value`` lines, ``#load<TAB>N``, then ``#end``, or
 ``#error<TAB>reason``.  It reads only; it writes nothing.
 
 Why the standard library only (``http.client`` and the parser below, no ``urllib`` and no
@@ -75,35 +78,40 @@ import sys
 def fail(reason):
     print("#error\t" + reason); sys.exit(0)
 try:
-    port = int(sys.argv[1]); scheme = sys.argv[2]; path = sys.argv[3]; names = sys.argv[4:]
+    port = int(sys.argv[1]); scheme = sys.argv[2]; path = sys.argv[3]; mode = sys.argv[4]
+    names = sys.argv[5:]
 except (IndexError, ValueError):
     fail("bad arguments")
-if not 0 < port < 65536 or scheme not in ("http", "https") or not path.startswith("/"):
+if (not 0 < port < 65536 or scheme not in ("http", "https") or not path.startswith("/")
+        or mode not in ("plain", "exact")):
     fail("bad arguments")
 import http.client
-try:
-    if scheme == "https":
-        import ssl
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=%(timeout)s, context=ctx)
-    else:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=%(timeout)s)
-    conn.request("GET", path, headers={"Accept": "text/plain"})
-    resp = conn.getresponse()
-    if resp.status != 200:
-        fail("GET failed: HTTP %d" % resp.status)
-    # The parsed Content-Length (None when chunked or not given): read(amt) returns a body
-    # cut short by an early close without raising.
-    want = resp.length
-    body = resp.read(%(cap)d + 1)
-except Exception as e:
-    fail("GET failed: " + type(e).__name__)
-if len(body) > %(cap)d:
-    fail("body over the 1 MiB cap")
-if want is not None and len(body) != want:
-    fail("body cut short: %d of its Content-Length %d bytes" % (len(body), want))
+def get(what, accept, cap, shown):
+    try:
+        if scheme == "https":
+            import ssl
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=%(timeout)s, context=ctx)
+        else:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=%(timeout)s)
+        conn.request("GET", what, headers={"Accept": accept})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            fail("GET failed: %s: HTTP %d" % (what, resp.status))
+        # The parsed Content-Length (None when chunked or not given): read(amt) returns a
+        # body cut short by an early close without raising.
+        want = resp.length
+        body = resp.read(cap + 1)
+    except Exception as e:
+        fail("GET failed: %s: %s" % (what, type(e).__name__))
+    if len(body) > cap:
+        fail("body over the %s cap (GET %s)" % (shown, what))
+    if want is not None and len(body) != want:
+        fail("body cut short: %d of its Content-Length %d bytes" % (len(body), want))
+    return body
+body = get(path, "text/plain", %(cap)d, "1 MiB")
 # The exposition format ends every line with a line feed: without one, the body was cut.
 if body and not body.endswith(b"\n"):
     fail("body cut short: no final line feed")
@@ -111,8 +119,21 @@ try:
     sums, seen, bad = parse(body.decode("utf-8"), names)
 except Exception as e:
     fail("malformed metrics: " + type(e).__name__)
+load = None
+if mode == "exact":
+    # After the metrics: a request that arrives between the two reads is still counted
+    # here, from its handler's start until its last byte is sent.
+    import json
+    try:
+        load = json.loads(get("/load", "application/json", 4096, "4 KiB"))["server_load"]
+    except Exception as e:
+        fail("GET /load answered no count: " + type(e).__name__)
+    if type(load) is not int or load < 0:
+        fail("GET /load answered no count: not a whole number")
 for n in names:
     print(n + "\t" + ("invalid" if n in bad else repr(sums[n]) if n in seen else "missing"))
+if load is not None:
+    print("#load\t%d" % load)
 print("#end")
 """
 
@@ -146,6 +167,10 @@ def valid_path(raw: str | None) -> str:
     return path
 
 
-def command(*, port: int, scheme: str, path: str, names: tuple[str, ...]) -> list[str]:
-    """The exec command (an argv, never a shell line)."""
-    return ["python3", "-c", SCRIPT, str(port), scheme, path, *names]
+def command(
+    *, port: int, scheme: str, path: str, names: tuple[str, ...], exact: bool = False
+) -> list[str]:
+    """The exec command (an argv, never a shell line); ``exact``: also read the engine's
+    request-level count (``GET /load`` on the same port, after the metrics)."""
+    mode = "exact" if exact else "plain"
+    return ["python3", "-c", SCRIPT, str(port), scheme, path, mode, *names]

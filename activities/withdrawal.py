@@ -305,6 +305,9 @@ def _routerless(api: KubeApi, inp: PhaseInput, quiet: dict[str, object]) -> tupl
             # exec slot began the wait again).
             quiet["strained"] = True  # the next read backs off (``next_poll``)
             return Verdict.UNKNOWN, f"router-less: {m.pod} {s.reason}"
+        if s.exact:  # requests held by its HTTP front end: not quiet, whatever the counters
+            quiet.pop("counters", None)
+            return Verdict.UNKNOWN, f"router-less: {m.pod} holds {s.exact} request(s) (GET /load)"
         counters[m.pod] = s.counters
     now = time.monotonic()
     if quiet.get("counters") != counters:

@@ -45,6 +45,15 @@ SPACING_SHARE_OF_TIME_LEFT = 0.25
 NEAR_IDLE_IN_FLIGHT = 2.0
 
 
+#: SGLang releases without the per-step counter (``retirement.readings.steps_counted``):
+#: no idle verdict until the gauges have had time to be written after the engine last did
+#: work.  SGLang writes them after a prefill batch and every ``--decode-log-interval``
+#: decode batches (default 40, metrics_reporter.py ``report_decode_stats``); at ~0.1 s a
+#: decode step for a large model, 40 steps take 4 s.  A read that is not idle, or counters
+#: that moved, start the wait again.
+SGLANG_GAUGE_SETTLE_S = 4.0
+
+
 class DrainProgress(BaseModel):
     """What the rule remembers between rounds (carried in heartbeat details)."""
 
@@ -55,6 +64,9 @@ class DrainProgress(BaseModel):
     previous_idle: dict[str, Sample] | None = None
     #: When the previous idle round was read (None: unknown, never resumed from).
     previous_idle_at: datetime | None = None
+    #: When the engine was last seen at work (a round not idle, counters that moved) or
+    #: the first round: the settle of engines whose gauges lag runs from it.
+    worked_at: datetime | None = None
 
 
 def resume(progress: DrainProgress, *, now: datetime, poll_interval_s: float) -> DrainProgress:
@@ -115,6 +127,7 @@ def observe_round(
     samples: Mapping[str, Sample],
     not_withdrawn: str = "",
     at: datetime | None = None,
+    settle_s: float = 0.0,
 ) -> tuple[DrainProgress, Verdict, str]:
     """Fold one round of reads (one per measured member) into the rule.
 
@@ -122,34 +135,53 @@ def observe_round(
     round's reads (empty: confirmed); such a round is never idle.  ``at`` is when the round
     was read, remembered with an idle round so that a resumed attempt can tell its age.
 
+    ``settle_s``: an engine whose gauges lag its work (SGLang without the per-step counter)
+    reads idle only from ``settle_s`` after it was last seen at work.
+
     Returns the new progress, the verdict (VERIFIED only when this round and the previous
     one are both complete and idle with unchanged counters, the withdrawal confirmed after
     each), and a reason for a person.
     """
     rounds = progress.rounds + 1
+    worked = DrainProgress(rounds=rounds, worked_at=at or progress.worked_at)
     if not measured:
-        return DrainProgress(rounds=rounds), Verdict.UNKNOWN, "no member to measure"
+        return worked, Verdict.UNKNOWN, "no member to measure"
     if not_withdrawn:
-        return (
-            DrainProgress(rounds=rounds),
-            Verdict.UNKNOWN,
-            f"withdrawal not confirmed: {not_withdrawn}",
-        )
+        return worked, Verdict.UNKNOWN, f"withdrawal not confirmed: {not_withdrawn}"
     missing = [m for m in measured if m not in samples]
     if missing:
-        return DrainProgress(rounds=rounds), Verdict.UNKNOWN, f"no read of {', '.join(missing)}"
+        return worked, Verdict.UNKNOWN, f"no read of {', '.join(missing)}"
     incomplete = [f"{m}: {samples[m].reason}" for m in measured if not samples[m].complete]
     if incomplete:
-        return DrainProgress(rounds=rounds), Verdict.UNKNOWN, "; ".join(incomplete)
-    busy = [f"{m}: {samples[m].in_flight:g} in flight" for m in measured if not samples[m].idle]
+        return worked, Verdict.UNKNOWN, "; ".join(incomplete)
+    busy = [_busy(m, samples[m]) for m in measured if not samples[m].idle]
     if busy:
-        return DrainProgress(rounds=rounds), Verdict.UNKNOWN, "; ".join(busy)
+        return worked, Verdict.UNKNOWN, "; ".join(busy)
     current = {m: samples[m] for m in measured}
     prev = progress.previous_idle
-    idle = DrainProgress(rounds=rounds, previous_idle=current, previous_idle_at=at)
+    since = progress.worked_at or at
+    idle = DrainProgress(rounds=rounds, previous_idle=current, previous_idle_at=at, worked_at=since)
     if prev is None or set(prev) != set(current):
         return idle, Verdict.UNKNOWN, "first idle read"
     moved = [m for m in measured if prev[m].counters != current[m].counters]
     if moved:
+        idle = idle.model_copy(update={"worked_at": at})
         return idle, Verdict.UNKNOWN, f"work counters moved between idle reads: {', '.join(moved)}"
+    if settle_s > 0:
+        first = progress.previous_idle_at
+        waited = (first - since).total_seconds() if first and since else None
+        if waited is None or waited < settle_s:
+            return (
+                idle,
+                Verdict.UNKNOWN,
+                (
+                    f"idle, but the engine's gauges may lag its work: idle reads count from "
+                    f"{settle_s:g} s after it was last seen at work"
+                ),
+            )
     return (idle, Verdict.VERIFIED, "idle on two consecutive complete reads, counters unchanged")
+
+
+def _busy(member: str, s: Sample) -> str:
+    front = f", {s.exact} held by its HTTP front end" if s.exact else ""
+    return f"{member}: {s.in_flight:g} in flight{front}"

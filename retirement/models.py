@@ -83,6 +83,10 @@ class MemberTarget(_Model):
     metrics_port: int | None = None
     metrics_scheme: str = "http"
     metrics_path: str = "/metrics"
+    #: The engine counts its requests exactly and serves the count at ``GET /load`` on the
+    #: metrics port (vLLM 0.8.0+ with ``--enable-server-load-tracking`` and one API server
+    #: process): every drain read takes it, and reads idle only at 0.
+    exact_load: bool = False
     labels: dict[str, str] = Field(default_factory=dict)  # as admitted (before disqualify)
 
 

@@ -1,8 +1,30 @@
 """What a drain read measures, and how the in-container one-shot's output is judged.
 
 The one-shot prints one ``name<TAB>value`` line per expected series (the sum over its label
-sets), then ``#end``; or ``#error<TAB>reason``.  Anything else — a missing or extra line, a
-NaN, a negative or non-numeric value, no ``#end`` — reads UNKNOWN, never idle.
+sets), then, when the engine counts its requests exactly, ``#load<TAB>N``, then ``#end``;
+or ``#error<TAB>reason``.  Anything else — a missing or extra line, a NaN, a negative or
+non-numeric value, no ``#end``, an exact count that is not a whole number — reads
+UNKNOWN, never idle.
+
+Two engine traps the series alone miss, and what closes each:
+
+- vLLM's scheduler gauges do not see a request still in its HTTP front end (rendering,
+  tokenizing, or its last streamed bytes).  With ``--enable-server-load-tracking`` (vLLM
+  0.8.0+) the API server counts requests from its handler's start until the response's
+  last byte was sent (``load_aware_call``, vllm/entrypoints/serve/utils/api_utils.py,
+  0.25.1 and 0.29.0) and serves it at ``GET /load``: the exact count, read in the same
+  exec (``MemberTarget.exact_load`` says when it is there).
+- SGLang writes ``num_running_reqs``/``num_queue_reqs`` only after a prefill batch (the
+  running batch as it was before the requests just admitted), every
+  ``--decode-log-interval`` decode batches (40 by default) and when idle
+  (scheduler_components/metrics_reporter.py, 0.5.18 and 0.5.21), and its request counters
+  move only when a request finishes: a request admitted into a running engine can be
+  invisible to both for 40 decode steps.  ``sglang:realtime_tokens_total`` moves on every
+  prefill batch and every decode step (``log_decode_stats_every_iteration`` in 0.5.7,
+  ``report_decode_stats`` before its interval gate in 0.5.18/0.5.21), so as a work
+  counter it shows any decoding between two reads.  SGLang offers no request-level count
+  over HTTP (``/v1/loads`` is the scheduler's queues, from a snapshot refreshed every 15
+  decode steps).
 """
 
 from __future__ import annotations
@@ -14,6 +36,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from retirement.phases import Verdict
+from retirement.versions import at_least
 
 
 @dataclass(frozen=True)
@@ -48,6 +71,31 @@ SERIES: dict[str, EngineSeries] = {
 }
 
 
+#: The SGLang work counter that moves on every prefill batch and decode step, and the
+#: first release known to export it so (see the module's docstring).
+SGLANG_STEP_COUNTER = "sglang:realtime_tokens_total"
+SGLANG_STEP_COUNTER_SINCE = (0, 5, 7)
+
+
+def series_for(engine: str, version: str) -> EngineSeries | None:
+    """The series a drain reads for ``engine`` at ``version`` (None: not an engine read
+    here).  SGLang releases known to move the per-step counter have it as a work counter;
+    others keep to the rule without it (``retirement.drain``: an SGLang settle)."""
+    base = SERIES.get(engine)
+    if base is None or engine != "SGLang" or not at_least(version, SGLANG_STEP_COUNTER_SINCE):
+        return base
+    return EngineSeries(gauges=base.gauges, counters=(*base.counters, SGLANG_STEP_COUNTER))
+
+
+def steps_counted(engine: str, version: str) -> bool:
+    """Whether a read of ``engine`` at ``version`` shows every engine step in its counters
+    (vLLM: its token counters move per step; SGLang: with the per-step counter)."""
+    if engine == "vLLM":
+        return True
+    series = series_for(engine, version)
+    return series is not None and SGLANG_STEP_COUNTER in series.counters
+
+
 class Sample(BaseModel):
     """One member's read: complete (every series valid) or UNKNOWN with a reason."""
 
@@ -56,12 +104,16 @@ class Sample(BaseModel):
     complete: bool
     in_flight: float = 0.0  # sum of the gauges
     counters: tuple[float, ...] = ()
+    #: The engine's own request-level count (requests its HTTP front end holds), when it
+    #: offers one (``GET /load``); None when not read.
+    exact: int | None = None
     reason: str = ""
 
     @property
     def idle(self) -> bool:
-        """Whether this is a complete read with nothing in flight."""
-        return self.complete and self.in_flight == 0
+        """Whether this is a complete read with nothing in flight: no gauge above zero and,
+        where the engine counts exactly, no request in its front end either."""
+        return self.complete and self.in_flight == 0 and not self.exact
 
     @property
     def verdict(self) -> Verdict:
@@ -91,12 +143,20 @@ def _number(text: str) -> float | None:
     return value
 
 
-def parse_oneshot_output(*, engine: str, stdout: str) -> Sample:
-    """Judge the one-shot's output for ``engine``."""
-    series = SERIES.get(engine)
+#: An exact count: a whole number, as JSON prints one.
+_COUNT = re.compile(r"0|[1-9][0-9]{0,8}")
+
+
+def parse_oneshot_output(
+    *, engine: str, stdout: str, version: str = "", exact: bool = False
+) -> Sample:
+    """Judge the one-shot's output for ``engine`` at ``version``; with ``exact``, the
+    engine's request-level count must be there too (a read without it is UNKNOWN)."""
+    series = series_for(engine, version)
     if series is None:
         return unknown(f"unknown engine {engine!r}")
     values: dict[str, float] = {}
+    count: int | None = None
     ended = False
     for line in stdout.split("\n"):  # only "\n" ends a line (splitlines also splits on \x1e)
         if not line:
@@ -109,6 +169,11 @@ def parse_oneshot_output(*, engine: str, stdout: str) -> Sample:
         name, tab, raw = line.partition("\t")
         if name == "#error":
             return unknown(f"read failed: {raw[:200] or 'no reason'}")
+        if name == "#load" and exact and count is None:
+            if not _COUNT.fullmatch(raw):
+                return unknown(f"exact request count {raw[:40]!r} is not a whole number")
+            count = int(raw)
+            continue
         if not tab:
             return unknown(f"malformed line {line[:80]!r}")
         if name not in series.all:
@@ -124,8 +189,11 @@ def parse_oneshot_output(*, engine: str, stdout: str) -> Sample:
     missing = [n for n in series.all if n not in values]
     if missing:
         return unknown(f"missing series: {', '.join(missing)}")
+    if exact and count is None:
+        return unknown("exact request count missing (GET /load)")
     return Sample(
         complete=True,
         in_flight=sum(values[n] for n in series.gauges),
         counters=tuple(values[n] for n in series.counters),
+        exact=count,
     )

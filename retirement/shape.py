@@ -29,6 +29,7 @@ from enum import StrEnum
 
 from retirement.names import LABEL_MEMBER_INDEX
 from retirement.text import is_decimal
+from retirement.versions import at_least
 
 
 class Shape(StrEnum):
@@ -168,6 +169,9 @@ _VLLM: tuple[_Flag, ...] = (
     _Flag(("--enable-expert-parallel", "-ep"), _B, default="false"),
     _Flag(("--kv-transfer-config",)),
     _Flag(("--config",)),
+    # Read for the drain (``exact_load``), not for the shape (``_NOT_SHAPE``).
+    _Flag(("--enable-server-load-tracking",), _B, default="false"),
+    _Flag(("--api-server-count", "-asc"), minimum=0),
     # Neighbours: registered by vLLM, not read here, listed so that a prefix shared with
     # them reads as ambiguous, as argparse reads it.
     _Flag(("--data-parallel-supervisor-port",), ours=False),
@@ -208,6 +212,13 @@ _SGLANG: tuple[_Flag, ...] = (
 )
 
 _TABLES: Mapping[str, tuple[_Flag, ...]] = {"vLLM": _VLLM, "SGLang": _SGLANG}
+
+#: Options read but no fact of the replica's shape: --config refuses on its own, the
+#: operator owns --kv-transfer-config, and the drain's own two say how the engine counts
+#: its requests, which a declared and a running command line may differ on.
+_NOT_SHAPE = frozenset(
+    {"--config", "--kv-transfer-config", "--enable-server-load-tracking", "--api-server-count"}
+)
 
 #: vLLM's other single-dash option strings (arg_utils.py; -O is rewritten by
 #: FlexibleArgumentParser): a single-dash prefix is resolved against all of them and the
@@ -513,8 +524,8 @@ class Wiring:
         table = _TABLES.get(self.engine, ())
         out: dict[str, str] = {}
         for flag in table:
-            if not flag.ours or flag.canonical in ("--config", "--kv-transfer-config"):
-                continue  # --config refuses on its own; the operator owns --kv-transfer-config
+            if not flag.ours or flag.canonical in _NOT_SHAPE:
+                continue
             raw = self.flags.get(flag.canonical, flag.default)
             out[flag.canonical] = _canonical_int(raw) if flag.minimum is not None else raw
         if self.engine == "vLLM":
@@ -956,3 +967,52 @@ def select_surplus(*, shape: ShapeReading, surplus: Sequence[MemberPod]) -> Sele
             f"started: no read can show that {it} stopped working for the replica's leader"
         )
     return Selection(measured=tuple(measured))
+
+
+#: The first vLLM release with ``--enable-server-load-tracking`` and ``GET /load``
+#: (PR #13950; absent from 0.7.3).
+LOAD_TRACKING_SINCE = (0, 8, 0)
+
+
+def vllm_api_servers(wiring: Wiring) -> int | None:
+    """How many API server processes ``vllm serve`` runs for ``wiring`` (None: cannot be
+    told): ``--api-server-count``, else as vllm/entrypoints/cli/serve.py defaults it (0.25.1
+    and 0.29.0 alike): 0 headless, 1 with an external or multi-port load balancer, the
+    local data-parallel size with a hybrid one, the data-parallel size otherwise."""
+    if wiring.raw("--api-server-count") is not None:
+        return wiring.number("--api-server-count")
+    if wiring.raw("--headless") == "true":
+        return 0
+    external = _on(wiring, "--data-parallel-external-lb") or (
+        wiring.raw("--data-parallel-rank") is not None
+    )
+    if external or _on(wiring, "--data-parallel-multi-port-external-lb"):
+        return 1
+    if _on(wiring, "--data-parallel-hybrid-lb") or (
+        wiring.raw("--data-parallel-start-rank") is not None
+    ):
+        if wiring.raw("--data-parallel-size-local") is None:
+            return 1
+        local = wiring.number("--data-parallel-size-local")
+        return None if local is None else local or 1
+    if wiring.raw("--data-parallel-size") is None:
+        return _vllm_env_dp(wiring)
+    return wiring.number("--data-parallel-size")
+
+
+def exact_load(*, engine: str, version: str, wiring: Wiring | None) -> bool:
+    """Whether a member running ``wiring`` counts its requests exactly at ``GET /load``:
+    vLLM 0.8.0+ with ``--enable-server-load-tracking``, its own command line read without
+    a problem, and one API server process (the count is per process: behind a shared
+    port, one GET reads only one of them), not the Rust front end (not verified)."""
+    if engine != "vLLM" or wiring is None or wiring.problems or wiring.unmanaged:
+        return False
+    if not at_least(version, LOAD_TRACKING_SINCE):
+        return False
+    if not _on(wiring, "--enable-server-load-tracking"):
+        return False
+    if "VLLM_USE_RUST_FRONTEND" in wiring.env:
+        rust = wiring.env["VLLM_USE_RUST_FRONTEND"]  # None: not a literal, so unknown
+        if rust is None or rust.strip().lower() not in ("", "0", "false"):
+            return False
+    return vllm_api_servers(wiring) == 1

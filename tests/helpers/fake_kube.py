@@ -41,7 +41,7 @@ from retirement.names import (
     LABEL_NAME,
     LABEL_ORDINAL,
 )
-from retirement.readings import SERIES
+from retirement.readings import series_for
 
 __all__ = [
     "Call",
@@ -243,15 +243,24 @@ def member_pod(
 
 
 def oneshot_stdout(
-    engine: str = "vLLM", *, in_flight: float = 0.0, counters: Sequence[float] = (0.0, 0.0)
+    engine: str = "vLLM",
+    *,
+    in_flight: float = 0.0,
+    counters: Sequence[float] = (0.0, 0.0),
+    version: str = "",
+    exact: int | None = None,
 ) -> str:
-    """What the drain one-shot (``activities.oneshot``) prints for one read of ``engine``:
-    the first gauge carries ``in_flight`` (the others 0), then each counter, then ``#end``
-    (``counters`` is padded with 0 to the engine's counter count)."""
-    series = SERIES[engine]
+    """What the drain one-shot (``activities.oneshot``) prints for one read of ``engine`` at
+    ``version``: the first gauge carries ``in_flight`` (the others 0), then each counter
+    (``counters`` padded with 0 to the count ``series_for`` gives), then, with ``exact``,
+    the engine's request count (``#load``), then ``#end``."""
+    series = series_for(engine, version)
+    assert series is not None, engine
     values = list(counters) + [0.0] * (len(series.counters) - len(counters))
     lines = [f"{g}\t{float(in_flight) if i == 0 else 0.0!r}" for i, g in enumerate(series.gauges)]
     lines += [f"{c}\t{float(v)!r}" for c, v in zip(series.counters, values, strict=False)]
+    if exact is not None:
+        lines.append(f"#load\t{exact}")
     return "\n".join([*lines, "#end"]) + "\n"
 
 

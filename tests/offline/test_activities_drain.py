@@ -38,7 +38,7 @@ from retirement.models import (
 )
 from retirement.names import LABEL_ELIGIBLE, LABEL_ROUTER
 from retirement.phases import Verdict
-from retirement.readings import SERIES, Sample
+from retirement.readings import SERIES, SGLANG_STEP_COUNTER, Sample, series_for
 from tests.helpers import model_deployment
 from tests.helpers.activity_env import attempt_env, recording_env
 from tests.helpers.fake_kube import FakeKube, member_pod, oneshot_stdout
@@ -185,6 +185,7 @@ def test_the_exec_runs_the_fixed_oneshot_in_main_bounded() -> None:
         "8000",
         "http",
         "/metrics",
+        "plain",
         *SERIES["vLLM"].all,
     ]
     assert call.args["container"] == "main"
@@ -194,10 +195,13 @@ def test_the_exec_runs_the_fixed_oneshot_in_main_bounded() -> None:
 
 def test_an_sglang_member_is_read_with_the_sglang_series() -> None:
     kube, target = admitted(engine="SGLang")
-    kube.script_exec("llm-1", ExecResult(stdout=oneshot_stdout("SGLang", counters=(3, 4))))
+    out = oneshot_stdout("SGLang", version=target.engine_version, counters=(3, 4, 9))
+    kube.script_exec("llm-1", ExecResult(stdout=out))
     obs = drain(kube, target)
     assert obs.verdict is Verdict.VERIFIED
-    assert kube.called("exec_pod")[0].args["argv"][6:] == list(SERIES["SGLang"].all)
+    series = series_for("SGLang", target.engine_version)
+    assert series is not None and SGLANG_STEP_COUNTER in series.counters
+    assert kube.called("exec_pod")[0].args["argv"][7:] == list(series.all)
 
 
 def test_a_busy_member_holds_until_it_is_idle_twice() -> None:
@@ -583,7 +587,8 @@ def test_a_drain_does_not_verify_while_a_service_lists_the_member_again() -> Non
         if n == 1:
             kube.set_endpoints("llm", [target.members[0].ip])
 
-    obs = drain(kube, target, seconds=0.1, on_beat=relisted)
+    # The deadline leaves room for a second poll on a loaded machine.
+    obs = drain(kube, target, seconds=1.0, on_beat=relisted)
     assert obs.verdict is Verdict.UNKNOWN
     assert obs.reason == "withdrawal not confirmed: service/llm still lists 198.18.1.11"
     assert obs.readings == {
@@ -916,3 +921,47 @@ def test_a_verdict_reached_despite_a_late_start_is_not_annotated() -> None:
     obs = drain(kube, target, queued_s=42.0)
     assert obs.verdict is Verdict.VERIFIED
     assert obs.reason == "idle on two consecutive complete reads, counters unchanged"
+
+
+# ---------------------------------------------------------------- the exact count
+
+
+def exact(n: int, counters: tuple[float, float] = (5, 7)) -> ExecResult:
+    """A read whose gauges are idle and whose front end holds ``n`` requests."""
+    return ExecResult(stdout=oneshot_stdout(counters=counters, exact=n), exit_code=0)
+
+
+def test_a_member_counting_exactly_is_read_with_its_count() -> None:
+    kube, target = admitted(single(args=["--enable-server-load-tracking"]))
+    [m] = target.members
+    assert m.exact_load
+    kube.script_exec("llm-1", exact(0))
+    obs = drain(kube, target)
+    assert obs.verdict is Verdict.VERIFIED
+    assert kube.called("exec_pod")[0].args["argv"][6] == "exact"
+    assert obs.readings["llm-1"] == "in_flight=0 exact=0 counters=5,7"
+
+
+def test_a_request_in_the_front_end_keeps_the_drain_from_verifying() -> None:
+    """vLLM's gauges miss a request still in its HTTP front end (rendering, tokenizing,
+    its last streamed bytes), and the counters need not move: the gauge rule alone reads
+    idle twice.  The exact count holds the drain until the front end is empty too."""
+    kube, target = admitted(single(args=["--enable-server-load-tracking"]))
+    kube.script_exec("llm-1", exact(1), exact(1), exact(1), exact(0), exact(0))
+    beats: list[Any] = []
+    obs = drain(kube, target, heartbeats=beats)
+    assert obs.verdict is Verdict.VERIFIED and obs.polls == 5
+    assert beats[1].readings["llm-1"] == "in_flight=0 exact=1 counters=5,7"
+    # The same engine read by the gauge rule alone (no count asked for: the flag off)
+    # verifies on its first two reads, the request still in its front end.
+    kube, plain = admitted()
+    kube.script_exec("llm-1", IDLE)
+    assert drain(kube, plain).polls == 2
+
+
+def test_a_member_without_the_flag_is_read_by_the_gauge_rule() -> None:
+    kube, target = admitted()
+    assert not target.members[0].exact_load
+    kube.script_exec("llm-1", IDLE)
+    assert drain(kube, target).verdict is Verdict.VERIFIED
+    assert kube.called("exec_pod")[0].args["argv"][6] == "plain"

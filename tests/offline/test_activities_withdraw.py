@@ -59,11 +59,14 @@ def single(**kw: Any) -> dict[str, Any]:
     return member_pod("llm-1", deployment=MD, ordinal=1, **kw)
 
 
-def admitted(router: str | None = None) -> tuple[FakeKube, Target]:
-    """Replica 1 of ``llm`` admitted, and disqualified (its label is off)."""
+def admitted(
+    router: str | None = None, *, args: list[str] | None = None
+) -> tuple[FakeKube, Target]:
+    """Replica 1 of ``llm`` admitted, and disqualified (its label is off); ``args``: its
+    Pod's engine arguments."""
     kube = FakeKube()
     kube.add_deployment(model_deployment(MD, namespace=NS, replicas=1, router=router))
-    kube.add_pod(single())
+    kube.add_pod(single(args=args or []))
     kube.add_pod(member_pod("llm-0", deployment=MD, ordinal=0, uid="uid-0", ip="198.18.1.10"))
     req = RetirementRequest(namespace=NS, deployment=MD, role="server", ordinal=1)
     admission: Admission = attempt_env().run(
@@ -396,3 +399,20 @@ def test_quiet_window_reads_that_fail_back_off(monkeypatch: pytest.MonkeyPatch) 
     obs = withdraw(kube, target, window=0.0, seconds=5.0)
     assert obs.verdict is Verdict.VERIFIED
     assert [round(w, 3) for w in waits] == [0.02, 0.04, 0.08, 0.01]
+
+
+def test_the_quiet_window_never_ends_while_the_front_end_holds_a_request() -> None:
+    """Counters that stand still say no request finished; the engine's own count says
+    whether one is still held (a long generation, its last bytes still streaming)."""
+    kube, target = admitted(args=["--enable-server-load-tracking"])
+    assert target.members[0].exact_load
+    held = ExecResult(stdout=oneshot_stdout(counters=(5, 7), exact=1), exit_code=0)
+    kube.script_exec("llm-1", held)
+    beats: list[Any] = []
+    obs = withdraw(kube, target, seconds=0.3, heartbeats=beats)
+    assert obs.verdict is Verdict.UNKNOWN
+    assert obs.readings["routers"] == "router-less: llm-1 holds 1 request(s) (GET /load)"
+    free = ExecResult(stdout=oneshot_stdout(counters=(5, 7), exact=0), exit_code=0)
+    kube.script_exec("llm-1", free)
+    obs = withdraw(kube, target)
+    assert obs.verdict is Verdict.VERIFIED

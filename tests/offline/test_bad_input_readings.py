@@ -132,7 +132,7 @@ script, port, names, paths = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), 
 out = {}
 for path in paths:
     buf = io.StringIO()
-    sys.argv = ["-c", port, "http", path, *names]
+    sys.argv = ["-c", port, "http", path, "plain", *names]
     with contextlib.redirect_stdout(buf):
         try:
             exec(compile(script, "<oneshot>", "exec"), {"__name__": "__main__"})
