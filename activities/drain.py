@@ -29,6 +29,7 @@ from kube.api import KubeApi
 from kube.errors import KubeError
 from kube.members import MemberGone, read_member
 from retirement.drain import (
+    EXACT_IDLE_SPACING_S,
     SGLANG_GAUGE_SETTLE_S,
     DrainProgress,
     busy_in_flight,
@@ -212,12 +213,15 @@ def drain(api: KubeApi, inp: PhaseInput) -> Observation:
     in_flight: list[float | None] = [None]
     spacing = [inp.poll_interval_s]
 
+    exact = all(m.exact_load for m in members) and bool(members)
+
     def next_wait(_: Observation) -> float:
         spacing[0] = next_read_in(
             in_flight=in_flight[0],
             previous_s=spacing[0],
             base_s=inp.poll_interval_s,
             left_s=seconds_left(inp.deadline),
+            idle_s=EXACT_IDLE_SPACING_S if exact else None,
         )
         return spacing[0]
 

@@ -1,4 +1,4 @@
-"""``python -m bench [watcher|worker|scale-down|all] [flags]``: one benchmark, or all.
+"""``python -m bench [idle|watcher|worker|scale-down|all] [flags]``: one benchmark, or all.
 
 Each benchmark starts its own bed, prints progress lines and its table, writes a picture to
 ``bench/results/`` and stops by itself; ``python -m bench NAME --help`` lists its flags.
@@ -12,9 +12,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from bench import scale_down, watcher_fleet, worker_fleet
+from bench import idle, scale_down, watcher_fleet, worker_fleet
 
 BENCHMARKS: dict[str, Callable[[list[str] | None], int]] = {
+    "idle": idle.main,
     "scale-down": scale_down.main,
     "watcher": watcher_fleet.main,
     "worker": worker_fleet.main,

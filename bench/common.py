@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from retirement.names import GROUP, VERSION
 from testbed.bed import Bed
 from testbed.paths import REPO_ROOT
 from testbed.procs import Child, free_port
@@ -234,3 +235,24 @@ def with_timeout_delete_namespace(core: client.CoreV1Api, ns: str, timeout: floa
         )
     except Exception as e:
         say(f"namespace {ns} not deleted in time: {e}")
+
+
+def vllm_manifest(
+    name: str, *, replicas: int = 2, router: str | None = None, extra_args: Sequence[str] = ()
+) -> dict[str, Any]:
+    """A vLLM 0.29.0 ModelDeployment of ``replicas`` single-member replicas, behind a router
+    of kind ``router`` (the CRD's kind; None: router-less), with ``extra_args``."""
+    spec: dict[str, Any] = {
+        "engine": {"name": "vLLM", "version": "0.29.0"},
+        "roles": [
+            {"name": "server", "replicas": replicas, "size": 1, "extraArgs": list(extra_args)}
+        ],
+    }
+    if router is not None:
+        spec["router"] = {"kind": router}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ModelDeployment",
+        "metadata": {"name": name},
+        "spec": spec,
+    }

@@ -89,7 +89,15 @@ def busy_in_flight(measured: tuple[str, ...], samples: Mapping[str, Sample]) -> 
     engine is)."""
     if not measured or any(m not in samples or not samples[m].complete for m in measured):
         return None
-    return sum(samples[m].in_flight for m in measured)
+    return sum(samples[m].in_flight + (samples[m].exact or 0) for m in measured)
+
+
+#: The spacing of the read after an idle one when every measured member counts its
+#: requests exactly (``Sample.exact``): the count has no refresh lag (it moves at the
+#: handler's start and after the last byte), so the second read need only come after the
+#: engine's next step has refreshed its gauges and counters (vLLM: every engine step,
+#: milliseconds): a quarter second, not a whole poll interval.
+EXACT_IDLE_SPACING_S = 0.25
 
 
 def next_read_in(
@@ -99,6 +107,7 @@ def next_read_in(
     base_s: float,
     left_s: float,
     bound_s: float = MAX_READ_SPACING_S,
+    idle_s: float | None = None,
 ) -> float:
     """Seconds until the next drain round, after a round that read ``in_flight`` requests
     (``busy_in_flight``), the previous wait having been ``previous_s``.
@@ -112,8 +121,11 @@ def next_read_in(
     bounded by ``bound_s`` and by ``SPACING_SHARE_OF_TIME_LEFT`` of ``left_s`` (the time left
     to the deadline); never below ``base_s``.  Waiting longer skips no read: the rounds stay
     consecutive, only further apart, and an incomplete round breaks a pair of idle reads
-    anyway.
+    anyway.  ``idle_s``: the wait after a round that read nothing in flight at all, when the
+    members count exactly (``EXACT_IDLE_SPACING_S``).
     """
+    if in_flight == 0 and idle_s is not None:
+        return min(idle_s, base_s)
     if in_flight is not None and in_flight <= NEAR_IDLE_IN_FLIGHT:
         return base_s
     bound = min(bound_s, SPACING_SHARE_OF_TIME_LEFT * max(left_s, 0.0))

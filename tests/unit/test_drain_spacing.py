@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from retirement.drain import (
+    EXACT_IDLE_SPACING_S,
     MAX_READ_SPACING_S,
     NEAR_IDLE_IN_FLIGHT,
     SPACING_SHARE_OF_TIME_LEFT,
@@ -127,3 +128,20 @@ def test_what_a_fleet_costs_in_execs_per_second() -> None:
     steady = 1 / waits([BUSY] * 5)[-1]
     assert steady == 0.125 and 500 * steady == 62.5
     assert 1 / waits([0.0])[-1] == 1.0
+
+
+def test_an_exact_idle_read_is_followed_after_the_exact_spacing_not_a_poll_interval() -> None:
+    kw = {"previous_s": 1.0, "base_s": 1.0, "left_s": 200.0}
+    assert next_read_in(in_flight=0, idle_s=EXACT_IDLE_SPACING_S, **kw) == EXACT_IDLE_SPACING_S
+    assert next_read_in(in_flight=0, **kw) == 1.0  # no exact count: the poll interval
+    # Something in flight, or an unreadable round: the usual spacing, exact or not.
+    assert next_read_in(in_flight=1, idle_s=EXACT_IDLE_SPACING_S, **kw) == 1.0
+    assert next_read_in(in_flight=None, idle_s=EXACT_IDLE_SPACING_S, **kw) == 2.0
+    # A poll interval below the exact spacing is kept.
+    fast = {"previous_s": 0.1, "base_s": 0.1, "left_s": 200.0}
+    assert next_read_in(in_flight=0, idle_s=EXACT_IDLE_SPACING_S, **fast) == 0.1
+
+
+def test_requests_held_by_the_front_end_count_as_in_flight_for_the_spacing() -> None:
+    held = Sample(complete=True, in_flight=0, counters=(1.0,), exact=2)
+    assert busy_in_flight(("m",), {"m": held}) == 2
