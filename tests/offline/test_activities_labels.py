@@ -632,9 +632,7 @@ def test_a_lone_follower_of_a_departed_role_goes_back_only_after_the_identity_pr
     kube = FakeKube()
     kube.add_deployment(model_deployment(MD, namespace=NS, replicas=1, size=1, version="0.1.0"))
     kube.add_pod(member_pod("llm-0", deployment=MD, ordinal=0, uid="u-0", ip="198.18.1.5"))
-    kube.add_pod(
-        member_pod("old-0-1", deployment=MD, role="old", ordinal=0, member=1, uid="u-old")
-    )
+    kube.add_pod(member_pod("old-0-1", deployment=MD, role="old", ordinal=0, member=1, uid="u-old"))
     req = RetirementRequest(
         namespace=NS, deployment=MD, role="old", ordinal=0, intent=IntentKind.DEPARTED_ROLE
     )
