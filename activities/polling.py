@@ -28,6 +28,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import CancelledError
 
@@ -198,5 +199,5 @@ def resumed(kind: type[Any]) -> Any | None:
         return None
     try:
         return kind.model_validate(raw[-1])
-    except Exception:
-        return None
+    except ValidationError:
+        return None  # unreadable: the attempt starts afresh

@@ -28,6 +28,7 @@ from __future__ import annotations
 import weakref
 
 import httpx
+from temporalio.exceptions import CancelledError
 
 from activities.fencing import heartbeat
 from activities.labels_off import Recheck, labels_still_off
@@ -98,6 +99,8 @@ def _router(
             return {name: read if read.startswith("cannot") else f"gave {read}"}
         _, _, view = read
         still = view.holding(addresses, {m.pod for m in target.members})
+    except CancelledError:
+        raise  # the attempt was asked to stop: never read as an answer
     except Exception as e:  # an answer that cannot be read never confirms anything
         return {name: f"answer unreadable: {type(e).__name__}"}
     return {name: view.describe(still)} if still else {}

@@ -419,6 +419,31 @@ async def test_container_restart_mid_drain_reads_unknown_then_aborts(ctx: Ctx) -
     await finish(handle)
 
 
+async def test_a_metrics_endpoint_slower_than_the_read_aborts_with_nothing_deleted(
+    ctx: Ctx,
+) -> None:
+    """The engine's metrics answer only after the one-shot's 2 s HTTP timeout (a stalled
+    engine, an overloaded node): every read is UNKNOWN, never idle, and the drain aborts at
+    its budget with the replica kept and labelled."""
+    name = "slowmetrics"
+    await deploy(ctx, name, router=False)
+    victim = pods_of(ctx, name, 1)[0]
+    hub = ctx.bed.operators[-1].hub_pod(victim.metadata.uid)
+    ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"metrics_mode": "slow"})
+    budgets = Budgets(overall_s=60, withdrawal_s=20, drain_s=8, settle_s=10, poll_interval_s=0.5)
+    handle = await retire_routerless(ctx, name, budgets=budgets, quiet_s=0.5)
+    st = await until(handle, lambda s: s.outcome is not Outcome.RUNNING, timeout=90)
+    assert st.outcome is Outcome.ABORTED, st.reasons
+    assert st.deleted is None
+    assert any("GET failed" in v and "Timeout" in v for v in st.last_readings.values()) or any(
+        "GET failed" in r for r in st.reasons
+    ), (st.last_readings, st.reasons[-3:])
+    pod = ctx.core.read_namespaced_pod(victim.metadata.name, ctx.ns)
+    assert pod.metadata.uid == victim.metadata.uid
+    assert pod.metadata.labels.get(LABEL_ELIGIBLE) == "true"
+    await finish(handle)
+
+
 async def test_stale_gauges_cause_no_premature_delete(ctx: Ctx) -> None:
     """Gauges stuck non-zero after a mass abort: the drain holds until they read 0."""
     name = "trap-stale"

@@ -382,3 +382,23 @@ def test_a_terminating_router_pod_still_routes_so_withdrawal_asks_it_too() -> No
     result: DeleteResult = attempt_env().run(acts.delete, phase(target))
     assert result.refused is not None and "router/router-1" in result.refused.readings
     assert kube.called("delete_pod") == []
+
+
+def test_a_cancellation_during_the_withdrawal_recheck_is_never_read_as_an_answer() -> None:
+    """Temporal delivers a cancellation into the activity's thread as an exception (a
+    subclass of Exception): the drain's per-round re-check must let it through, not read
+    it as an unreadable router answer and go on."""
+    from temporalio.exceptions import CancelledError
+
+    from activities.recheck import still_withdrawn
+
+    kube, target = disqualified()
+
+    def cancelled(_: httpx.Request) -> httpx.Response:
+        raise CancelledError("the attempt was cancelled")
+
+    with (
+        httpx.Client(transport=httpx.MockTransport(cancelled)) as http,
+        pytest.raises(CancelledError),
+    ):
+        still_withdrawn(kube, target, http)
