@@ -120,12 +120,48 @@ class Health:
         return last is not None and self.clock() - last <= self.stale_after_s
 
 
+#: How long the health server waits on one connection's request line and headers, and
+#: how many connections it serves at once: a client that connects and sends nothing (or a
+#: flood of them) holds a thread each until then, never the server.
+HEALTH_TIMEOUT_S = 5.0
+HEALTH_CONNECTIONS = 16
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    """A threading HTTP server that serves at most ``HEALTH_CONNECTIONS`` connections at
+    once; one over the bound is closed at once (a probe retries)."""
+
+    daemon_threads = True
+    #: The listen backlog (socketserver's default is 5: a burst of connections then has
+    #: its SYNs dropped and retried for seconds, a probe among them).
+    request_queue_size = 128
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._slots = threading.BoundedSemaphore(HEALTH_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
 def serve_health(
     metrics: WatcherMetrics, health: Health, *, host: str, port: int
 ) -> ThreadingHTTPServer:
-    """Serve ``/healthz``, ``/readyz`` and ``/metrics`` in a daemon thread."""
+    """Serve ``/healthz``, ``/readyz`` and ``/metrics`` in a daemon thread, each connection
+    bounded in time (``HEALTH_TIMEOUT_S``) and in number (``HEALTH_CONNECTIONS``)."""
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = HEALTH_TIMEOUT_S
+
         def do_GET(self) -> None:
             if self.path == "/metrics":
                 body, code = generate_latest(metrics.registry), 200
@@ -143,6 +179,6 @@ def serve_health(
         def log_message(self, format: str, *args: Any) -> None:
             return
 
-    server = ThreadingHTTPServer((host, port), Handler)
+    server = _BoundedServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
     return server
