@@ -278,7 +278,9 @@ def withdraw(
             spacing[0] = next_read_in(
                 in_flight=None if strained else 0.0,
                 previous_s=spacing[0],
-                base_s=inp.poll_interval_s,
+                # A quiet window shorter than the poll interval is read again when it can
+                # end (never sooner than the first re-poll's spacing).
+                base_s=min(inp.poll_interval_s, max(inp.quiet_window_s, FIRST_REPOLL_S)),
                 left_s=seconds_left(inp.deadline),
             )
             return spacing[0]

@@ -416,3 +416,25 @@ def test_the_quiet_window_never_ends_while_the_front_end_holds_a_request() -> No
     kube.script_exec("llm-1", free)
     obs = withdraw(kube, target)
     assert obs.verdict is Verdict.VERIFIED
+
+
+def test_a_quiet_window_shorter_than_the_poll_interval_is_read_again_when_it_can_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    waits: list[float] = []
+    monkeypatch.setattr(polling, "wait_heartbeating", lambda s, _details: waits.append(s))
+    monkeypatch.setattr(polling, "backpressure", lambda wait_s, _took_s: wait_s)
+    kube, target = admitted()
+    kube.script_exec("llm-1", idle())
+    beats: list[Any] = []
+    env = recording_env(beats)
+    inp = PhaseInput(
+        target=target,
+        deadline=datetime.now(UTC) + timedelta(seconds=5),
+        poll_interval_s=1.0,
+        routerless_policy=QUIET,
+        quiet_window_s=0.5,
+    )
+    obs: Observation = env.run(RetirementActivities(kube).withdraw, inp)
+    assert obs.verdict is Verdict.VERIFIED
+    assert waits[0] == 0.5  # not the whole 1 s poll interval
