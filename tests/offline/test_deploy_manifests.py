@@ -210,6 +210,7 @@ WATCHER_CLUSTER = cluster(
     (GROUP, PLURAL, "list"),  # kube/watching.py, watcher/reconcile.py
     (GROUP, PLURAL, "watch"),  # kube/watching.py
     (GROUP, PLURAL, "patch"),  # watcher/reconcile.py _clear_annotation
+    (GROUP, f"{PLURAL}/status", "patch"),  # watcher/reconcile.py _clear_mirror (terminated)
     ("", "events", "create"),  # kube/events.py post_event
 )
 #: The eligibility label (ClusterRole retire-watcher-label).
@@ -419,14 +420,17 @@ def test_each_service_account_has_exactly_what_its_code_calls(overlay: str) -> N
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_split_the_issue_asks_for(overlay: str) -> None:
-    """The watcher never deletes or execs; the worker never watches or takes a Lease; no
-    one reads Secrets, escalates, impersonates or holds a wildcard."""
+    """The watcher never deletes or execs, and writes no status but the ModelDeployment's
+    (clearing what a terminated retirement left); the worker never watches or takes a Lease;
+    no one reads Secrets, escalates, impersonates or holds a wildcard."""
     objs = render(f"overlays/{overlay}")
     watcher = grants(objs, "retire-watcher")
     worker = grants(objs, "retire-worker")
     assert not {g for g in watcher if g[3] in ("delete", "deletecollection")}
     assert not {g for g in watcher if g[2] in ("pods/exec", "pods/attach", "pods/portforward")}
-    assert not {g for g in watcher if g[2].endswith("/status")}
+    assert {g[1:4] for g in watcher if g[2].endswith("/status")} <= {
+        (GROUP, f"{PLURAL}/status", "patch")
+    }
     assert not {g for g in worker if g[3] == "watch"}
     assert not {g for g in worker if g[2] == "leases"}
     for g in watcher | worker:
