@@ -218,7 +218,8 @@ async def list_retirements(client: Client, *, scope: str | None, everything: boo
         replica = f"{sa.get(SA_ROLE) or '?'}:{sa.get(SA_ORDINAL)}"
         age = _age((now - wf.start_time).total_seconds()) if wf.start_time else "?"
         phase, outcome = sa.get(SA_PHASE) or "?", sa.get(SA_OUTCOME) or "?"
-        rows.append((deployment, replica, phase, outcome, age, deadline, wf.id, reason))
+        cells = (deployment, replica, phase, outcome, age, deadline, wf.id, reason)
+        rows.append(tuple(render.printable(c) for c in cells))  # reasons come from outside
     widths = [max(len(r[i]) for r in [LIST_HEADER, *rows]) for i in range(len(LIST_HEADER))]
     for row in [LIST_HEADER, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
@@ -245,7 +246,7 @@ async def watch(client: Client, wid: str, *, interval: float) -> int:
             try:
                 st: RetirementState = await handle.result(follow_runs=False)
             except WorkflowFailureError as e:
-                print(f"retire: {wid} ended {_status(desc.status)}: {e.cause}", file=sys.stderr)
+                _error(f"{wid} ended {_status(desc.status)}: {e.cause}")
                 return NEEDS_A_LOOK
             print(render.page(st, datetime.now(UTC)), flush=True)
             return 0 if st.outcome is Outcome.COMPLETED else NEEDS_A_LOOK
@@ -255,7 +256,7 @@ async def watch(client: Client, wid: str, *, interval: float) -> int:
             print(f"--- {datetime.now(UTC):%H:%M:%S} UTC", flush=True)
             print(render.page(st, datetime.now(UTC)), flush=True)
         if st.outcome is Outcome.ABORTED and st.restoring is False:
-            print(f"retire: {wid} holds: it needs a retry or a cancel-intent", file=sys.stderr)
+            _error(f"{wid} holds: it needs a retry or a cancel-intent")
             return NEEDS_A_LOOK
         await asyncio.sleep(interval)
 
@@ -268,10 +269,10 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
                 await connect(connection), namespace=connection.namespace
             )
         except SetupConflict as e:
-            print(f"retire: setup: {e}", file=sys.stderr)
+            _error(f"setup: {e}")
             return 1
         except RPCError as e:
-            print(f"retire: setup: {e.status.name}: {e.message}", file=sys.stderr)
+            _error(f"setup: {e.status.name}: {e.message}")
             return 1
         print(f"namespace {connection.namespace}:")
         print("\n".join(f"  {line}" for line in lines))
@@ -284,7 +285,7 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
                 await connect(connection), scope=args.scope, everything=args.all
             )
         except RPCError as e:
-            print(f"retire: {e.status.name}: {e.message}", file=sys.stderr)
+            _error(f"{e.status.name}: {e.message}")
             return 1
     ns, md = parse_ref(args.ref)
     wid = workflow_id_for(namespace=ns, deployment=md)
@@ -343,43 +344,40 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
             )
             print(f"started {wid}")
     except WorkflowUpdateFailedError as e:
-        print(f"retire: refused: {e.cause}", file=sys.stderr)
+        _error(f"refused: {e.cause}")
         return 1
     # The SDK's own errors of a query (status, watch) or an update (abort, retry): not
     # RPCErrors, so each is named here or it ends in a traceback.
     except WorkflowQueryFailedError as e:  # the worker answered: its query handler failed
-        print(
-            f"retire: {args.command}: {wid} failed its state query: {_one_line(e.message)};"
+        _error(
+            f"{args.command}: {wid} failed its state query: {_one_line(e.message)};"
             " see the worker's log (is a worker of this version running?), then try again",
-            file=sys.stderr,
         )
         return 1
     except WorkflowQueryRejectedError as e:
-        print(
-            f"retire: {args.command}: {wid} refused its state query ({_status(e.status)});"
+        _error(
+            f"{args.command}: {wid} refused its state query ({_status(e.status)});"
             f" read it again with: retire status {ns}/{md}",
-            file=sys.stderr,
         )
         return 1
     except WorkflowUpdateRPCTimeoutOrCancelledError:  # the call's bound, not the update's
-        print(
-            f"retire: {args.command}: {wid} gave no answer in time (is a worker running?);"
+        _error(
+            f"{args.command}: {wid} gave no answer in time (is a worker running?);"
             f" the {args.command} may still apply: check retire status {ns}/{md} before"
             " sending it again, or send it with --signal",
-            file=sys.stderr,
         )
         return 1
     except WorkflowAlreadyStartedError:
-        print(f"retire: a retirement of {ns}/{md} is already running ({wid})", file=sys.stderr)
+        _error(f"a retirement of {ns}/{md} is already running ({wid})")
         return 1
     except NotRetirement as e:
-        print(f"retire: {e}", file=sys.stderr)
+        _error(f"{e}")
         return 1
     except RPCError as e:
         if e.status is RPCStatus.NOT_FOUND:
-            print(f"retire: no retirement of {ns}/{md} ({wid})", file=sys.stderr)
+            _error(f"no retirement of {ns}/{md} ({wid})")
         else:
-            print(f"retire: {e.status.name}: {e.message}", file=sys.stderr)
+            _error(f"{e.status.name}: {e.message}")
         return 1
     return 0
 
@@ -411,23 +409,29 @@ class NotRetirement(Exception):
     """The workflow has no state to show (it failed, or was terminated)."""
 
 
+def _error(message: str) -> None:
+    """One line on stderr, ``retire: <message>``: server answers and reasons come from
+    outside, so control characters are shown as escapes (``render.printable``)."""
+    print(f"retire: {render.printable(message)}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
     args = parser().parse_args(argv)
     try:
         connection = resolve(ConnectionFlags.from_args(args), environ=os.environ)
     except ConnectionConfigError as e:
-        print(f"retire: {e}", file=sys.stderr)
+        _error(f"{e}")
         return 2
     try:
         return asyncio.run(run(args, connection=connection))
     except KeyboardInterrupt:
         return 130
     except UsageError as e:
-        print(f"retire: {e}", file=sys.stderr)
+        _error(f"{e}")
         return 2
     except (OSError, RuntimeError) as e:
-        print(f"retire: cannot reach Temporal at {connection.address}: {e}", file=sys.stderr)
+        _error(f"cannot reach Temporal at {connection.address}: {e}")
         return 1
 
 

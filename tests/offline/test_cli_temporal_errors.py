@@ -135,3 +135,15 @@ def test_list_prints_the_row_when_its_query_fails(
     row = out.splitlines()[1].split()
     assert row[0] == "demo/llama" and row[-3:] == ["-", WID, "-"], out
     assert fake.called("query"), "the row's state was read by query"
+
+
+def test_control_characters_in_a_server_message_are_shown_as_escapes(
+    fake: FakeTemporal, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A message from the worker (a query handler's error) may carry terminal escapes:
+    they are printed as escapes, never sent to the terminal."""
+    fake.fail("query", WorkflowQueryFailedError("boom \x1b[2J\x1b]0;owned\x07 done"))
+    code, line = run_cli(["status", "demo/llama"], capsys)
+    assert code == 1
+    assert "\x1b" not in line and "\x07" not in line
+    assert "\\x1b[2J" in line and "\\x07" in line
