@@ -297,6 +297,9 @@ class StandInOperator:
                         "serve_port": SERVE_PORT,
                         "metrics_port": int(pod.metadata.annotations[ANNOTATION_PROM_PORT]),
                         "request_seconds": self.request_seconds,
+                        # The engine reads its settings from the Pod's rendered command line
+                        # (testbed/emulator/engine_args.py).
+                        "args": _command_line(pod),
                     },
                 )
                 self._emulated[uid] = hub_name
@@ -352,6 +355,14 @@ class StandInOperator:
         """The emulator name of a Pod (by UID), if it has one."""
         with self._lock:
             return self._emulated.get(pod_uid)
+
+
+def _command_line(pod: client.V1Pod) -> list[str]:
+    """The engine container's rendered command line: its ``command``, then its ``args``."""
+    for container in pod.spec.containers or []:
+        if container.name == ENGINE_CONTAINER:
+            return [*(container.command or []), *(container.args or [])]
+    return []
 
 
 def _ready(pod: client.V1Pod) -> bool:

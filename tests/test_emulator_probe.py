@@ -281,8 +281,10 @@ def sglang_invalid(errors: list[dict[str, Any]]) -> dict[str, Any]:
     """SGLang's validation answer: the flat ErrorResponse, message ``str(exc) errors``."""
     label = "error" if len(errors) == 1 else "errors"
     text = f"{len(errors)} validation {label}:\n" + "".join(f"  {e}\n" for e in errors)
+    # FastAPI names the first line of the decorated definition (``inspect.getsourcelines``):
+    # ``@app.api_route(`` at line 910 of 0.5.21's http_server.py (the ``def`` is at 915).
     endpoint = (
-        '\n  File "sglang/srt/entrypoints/http_server.py", line 915, in generate_request'
+        '\n  File "sglang/srt/entrypoints/http_server.py", line 910, in generate_request'
         "\n    POST /generate"
     )
     return {

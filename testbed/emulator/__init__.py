@@ -4,8 +4,12 @@ Test support, not product. Each :class:`EngineEmulator` stands for one Pod's ``m
 container: it serves the engine's HTTP API on the Pod address and the same routes on
 ``127.0.0.1:<metrics_port>`` (the in-container one-shot reads metrics over loopback).
 Requests take a configurable time and move the engine's real gauges and counters
-(Prometheus text exposition, shaped like the real engines' output). Known engine traps
-can be switched on per emulator: stale gauges, requests hidden in the HTTP front end,
+(Prometheus text exposition, shaped like the real engines' output), when the real engine
+moves them: SGLang's gauges only when its scheduler reports (after a prefill, every 40
+decode steps, at once when idle) on an emulated decode-step clock, its request counters
+only when a request finishes; vLLM's ``GET /load`` only with ``--enable-server-load-tracking``
+on the Pod's command line, counting a stream until its last chunk was written. Known engine
+traps can be switched on per emulator: stale gauges, requests hidden in the HTTP front end,
 and broken ``/metrics`` answers. A Pod deleted with a grace period runs its preStop
 hook, then SIGTERM the way the real engine handles it, then SIGKILL at the end.
 
@@ -16,11 +20,15 @@ Run a hub with ``python -m testbed.emulator --control-host H --control-port P``.
 Modules, one concern each:
 
 - ``spec``: the engine kinds, the default model name and one Pod's engine spec (its
-  served model names among them);
+  served model names and rendered command line among them);
+- ``engine_args``: what each engine reads from that command line (vLLM's load tracking and
+  API server count, SGLang's report intervals, warmup and event loop);
 - ``wire``: the cuttable HTTP server, the handler and the body/response/SSE helpers;
 - ``fields``: validation of JSON fields shared by both APIs;
 - ``exposition``: per-rank metric state and the Prometheus text format;
 - ``metrics_vllm``, ``metrics_sglang``: each engine's series names and labels;
+- ``sglang_scheduler``: one SGLang DP rank's scheduler step clock: when its gauges and load
+  snapshots (``GET /v1/loads``) are published, and its per-step token counter;
 - ``traps``: stale gauges, front-end-hidden requests, broken ``/metrics`` answers;
 - ``intake``: what the engines accept on the identity probe's routes (vLLM 0.29.0
   ``/v1/completions``, SGLang 0.5.21 ``/generate``, the bed's versions) and how they refuse

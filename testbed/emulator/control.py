@@ -25,6 +25,8 @@ _TRAP_FIELDS = frozenset(
 
 _MAX_SERVED_NAMES = 16
 _MAX_NAME_LEN = 1024
+_MAX_ARGS = 512
+_MAX_ARG_LEN = 4096
 
 
 def _model_name(value: Any, key: str) -> str:
@@ -52,7 +54,9 @@ def _served_names(body: dict[str, Any], kind: EngineKind) -> tuple[str, ...]:
 
 
 def spec_from_json(body: dict[str, Any]) -> PodEngineSpec:
-    """Validate a POST /pods body."""
+    """Validate a POST /pods body. ``args`` is the engine container's rendered command line
+    (see :class:`PodEngineSpec`); a line the engine would refuse to start with is refused
+    when the emulator is made (the hub answers 500 ``cannot start``)."""
     name = body.get("name")
     if not isinstance(name, str) or not name or "/" in name or len(name) > 253:
         raise BadRequest("name must be a non-empty string without '/'")
@@ -84,6 +88,16 @@ def spec_from_json(body: dict[str, Any]) -> PodEngineSpec:
     force = body.get("force_shutdown", False)
     if not isinstance(force, bool):
         raise BadRequest("force_shutdown must be a boolean")
+    args = body.get("args", [])
+    if (
+        not isinstance(args, list)
+        or len(args) > _MAX_ARGS
+        or not all(isinstance(a, str) and len(a) <= _MAX_ARG_LEN for a in args)
+    ):
+        raise BadRequest(f"args must be a list of at most {_MAX_ARGS} strings")
+    step = seconds_field(body, "step_seconds")
+    if step is not None and step <= 0:
+        raise BadRequest("step_seconds must be > 0")
     return PodEngineSpec(
         name=name,
         engine=kind,
@@ -96,6 +110,8 @@ def spec_from_json(body: dict[str, Any]) -> PodEngineSpec:
         model_path=MODEL_NAME if path is None else _model_name(path, "model_path"),
         shutdown_timeout=0.0 if shutdown_timeout is None else shutdown_timeout,
         force_shutdown=force,
+        args=tuple(args),
+        **({} if step is None else {"step_seconds": step}),
     )
 
 

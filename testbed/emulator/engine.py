@@ -7,6 +7,13 @@ tokens when a request is scheduled, SGLang when it finishes, as the real engines
 A restart bumps a generation so that requests from before it no longer move the new
 gauges and counters.
 
+vLLM's gauges follow the scheduler at once (it sets them every engine step). SGLang's are
+published only when its scheduler reports (:mod:`testbed.emulator.sglang_scheduler`: after
+a prefill, every ``--decode-log-interval`` decode steps, at once when idle), and its
+``GET /v1/loads`` answers each DP rank's last load snapshot. vLLM's ``GET /load`` answers the
+API server process's in-flight count (:meth:`EngineEmulator.server_load`), which moves only
+when the Pod's command line has ``--enable-server-load-tracking``.
+
 A Pod deleted with a grace period ends as :mod:`testbed.emulator.termination` says the
 kubelet and the real engine end it (preStop hook, SIGTERM handled the engine's way,
 SIGKILL); :meth:`EngineEmulator.terminate` starts that.
@@ -15,19 +22,30 @@ SIGKILL); :meth:`EngineEmulator.terminate` starts that.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
+import os
 import secrets
+import select
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from testbed.emulator import intake, serving
+from testbed.emulator.engine_args import SglangArgs, VllmArgs, sglang_args, vllm_args
 from testbed.emulator.exposition import LATENCY_BUCKETS, Family, Rank
-from testbed.emulator.metrics_sglang import sglang_families
+from testbed.emulator.metrics_sglang import RankMetrics, TokenizerCounters, sglang_families
 from testbed.emulator.metrics_vllm import vllm_families
+from testbed.emulator.sglang_scheduler import (
+    WARMUP_NEW_TOKENS,
+    WARMUP_PROMPT_TOKENS,
+    Published,
+    SglangRank,
+)
 from testbed.emulator.spec import EngineKind, PodEngineSpec
 from testbed.emulator.termination import Exit, Phase, engine_shutdown, kubelet_termination
 from testbed.emulator.traps import (
@@ -56,25 +74,59 @@ _VLLM_OPEN_WHILE_SHUTTING_DOWN = frozenset({"/metrics", "/live"})
 
 _GET_ROUTES = frozenset(
     {"/health", "/health_generate", "/ping", "/metrics", "/v1/models", "/get_model_info"}
-    | {"/get_server_info", "/server_info", "/version"}
+    | {"/get_server_info", "/server_info", "/version", "/load", "/v1/loads"}
 )
 _POST_ROUTES = frozenset({"/v1/completions", "/v1/chat/completions", "/generate"})
 """The emulated routes by method: another method on one of them is 405, an unknown route
 404 (FastAPI's defaults, :func:`intake.method_not_allowed`, :func:`intake.route_not_found`).
 SGLang's ``/generate`` takes ``PUT`` as well (``@app.api_route("/generate", methods=["POST",
-"PUT"])``, sglang/srt/entrypoints/http_server.py)."""
+"PUT"])``, sglang/srt/entrypoints/http_server.py). ``/load`` is vLLM's only, ``/v1/loads``
+SGLang's only; SGLang 0.5.21 has no ``/get_load`` (0.5.18 still had it, as a deprecated
+wrapper of ``/v1/loads``)."""
+
+SGLANG_VERSION = "0.5.21"
+"""What the emulated SGLang says it is (``/v1/loads``'s ``version``)."""
 
 
-@dataclass
+class _Halt(threading.Event):
+    """The end of one process lifetime: an event that a ``poll`` can wait on too (a pipe
+    that becomes readable when it is set), so a request waiting on its client's socket
+    wakes at once when the process stops. The pipe is closed when the last holder lets
+    go of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._read, self._write = os.pipe()
+
+    def fileno(self) -> int:
+        """The end of the pipe that is readable once set."""
+        return self._read
+
+    def set(self) -> None:
+        """Set the event and make the pipe readable."""
+        super().set()
+        with contextlib.suppress(OSError):
+            os.write(self._write, b"x")
+
+    def __del__(self) -> None:
+        for fd in (self._read, self._write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+@dataclass(eq=False)
 class _Ticket:
-    """One request's handle on the emulator state."""
+    """One request's handle on the emulator state (hashable by identity: SGLang's
+    scheduler holds it as the request's key)."""
 
     generation: int
-    halt: threading.Event
+    halt: _Halt
     hidden_seconds: float
     prompt_tokens: int
     generation_tokens: int
     duration: float
+    stream: bool = False
+    connection: socket.socket | None = None
     rank: int = -1
     started_at: float = 0.0
 
@@ -107,11 +159,33 @@ class EngineEmulator:
             raise ValueError("SGLang serves exactly one model name")
         if not isinstance(spec.model_path, str) or not spec.model_path:
             raise ValueError("model_path must be a non-empty string")
+        if not math.isfinite(spec.step_seconds) or spec.step_seconds <= 0:
+            raise ValueError("step_seconds must be a finite number > 0")
+        args = tuple(spec.args)
+        if not all(isinstance(a, str) for a in args):
+            raise ValueError("args must be strings")
         spec.served_model_names = served
+        spec.args = args
+        # What the engine reads from its command line (raises where it would not start).
+        self._vllm_args = (
+            vllm_args(args, dp_ranks=spec.dp_ranks)
+            if self.engine is EngineKind.VLLM
+            else VllmArgs()
+        )
+        self._sglang_args = sglang_args(args) if self.engine is EngineKind.SGLANG else SglangArgs()
         self.spec = spec
         self._lock = threading.Lock()
         self._generation = 0
         self._ranks = [Rank() for _ in range(spec.dp_ranks)]
+        # vLLM: each API server process's ``app.state.server_load_metrics``, and the next
+        # process to accept a connection.
+        self._server_load = [0] * max(1, self._vllm_args.api_server_count)
+        self._server_load_counted = 0  # requests counted in this process (the status shows it)
+        self._next_process = 0
+        # SGLang: each DP rank's scheduler and the tokenizer manager's request counters.
+        self._schedulers: list[SglangRank] = []
+        self._tokenizer = TokenizerCounters()
+        self._new_sglang_process()
         self._rr = 0
         self._created = time.time()
         self._in_flight = 0
@@ -121,7 +195,7 @@ class EngineEmulator:
         self._boot_id = secrets.token_hex(8)
         self._traps = Traps()
         self._running = False
-        self._halt = threading.Event()
+        self._halt = _Halt()
         self._servers: list[Server] = []
         self._threads: list[threading.Thread] = []
         self._serve_port = spec.serve_port
@@ -158,7 +232,7 @@ class EngineEmulator:
             self._serve_port = servers[0].port
             self._metrics_port = servers[-1].port
             with self._lock:
-                self._halt = threading.Event()
+                self._halt = _Halt()
                 self._running = True
                 self._ended = threading.Event()
                 self._started_at = time.monotonic()
@@ -167,6 +241,9 @@ class EngineEmulator:
                 self._terminating = False
                 self._sigterm = False
                 self._rids = set()
+                # A new process: its API servers count from 0.
+                self._server_load = [0] * len(self._server_load)
+                self._server_load_counted = 0
             self._servers = servers
             self._threads = []
             for srv in servers:
@@ -211,11 +288,47 @@ class EngineEmulator:
         with self._lock:
             self._generation += 1
             self._ranks = [Rank() for _ in range(self.spec.dp_ranks)]
+            self._new_sglang_process()
             self._created = time.time()
             self._restarts += 1
             self._boot_id = secrets.token_hex(8)
             self._traps.clear()
         self.start()
+
+    def _new_sglang_process(self) -> None:
+        """SGLang's schedulers and tokenizer counters as a new process has them when it
+        reports ready: after its warmup request, unless ``--skip-server-warmup``
+        (``_execute_server_warmup``, sglang/srt/entrypoints/http_server.py: one
+        ``/generate`` of ``"The capital city of France is"``, ``max_new_tokens`` 8, not
+        streamed, one per DP rank; the server is Up only once it answered). The caller
+        holds the lock, or the emulator is not shared yet."""
+        self._tokenizer = TokenizerCounters()
+        if self.engine is not EngineKind.SGLANG:
+            self._schedulers = []
+            return
+        now = time.monotonic()
+        opts = self._sglang_args
+        self._schedulers = [
+            SglangRank(
+                dp_rank=i,
+                step_seconds=self.spec.step_seconds,
+                decode_log_interval=opts.decode_log_interval,
+                publish_interval=opts.load_snapshot_publish_interval,
+                overlap=opts.overlap_schedule,
+                now=now,
+            )
+            for i in range(self.spec.dp_ranks)
+        ]
+        if opts.skip_server_warmup:
+            return
+        for sched in self._schedulers:
+            sched.warmup(now)
+            self._tokenizer.finished(
+                streaming=False,
+                prompt_tokens=WARMUP_PROMPT_TOKENS,
+                generation_tokens=WARMUP_NEW_TOKENS,
+                latency=WARMUP_NEW_TOKENS * self.spec.step_seconds,
+            )
 
     @property
     def is_running(self) -> bool:
@@ -419,9 +532,13 @@ class EngineEmulator:
             return self._aborted
 
     def status(self) -> dict[str, Any]:
-        """A JSON-able view of the emulator, its traps and its true (untrapped) state."""
+        """A JSON-able view of the emulator, its traps and its true (untrapped) state
+        (SGLang: the counters include its warmup request; ``schedulers`` shows what each
+        rank's scheduler last published)."""
         with self._lock:
             ranks = self._ranks
+            tok = self._tokenizer
+            self._advance_schedulers()
             return {
                 "name": self.spec.name,
                 "engine": self.engine.value,
@@ -446,13 +563,27 @@ class EngineEmulator:
                 "boot_id": self._boot_id,
                 "running_requests": sum(r.running for r in ranks),
                 "waiting_requests": sum(r.waiting for r in ranks),
-                "prompt_tokens": sum(r.prompt_tokens for r in ranks),
-                "generation_tokens": sum(r.generation_tokens for r in ranks),
-                "finished_requests": sum(r.requests for r in ranks),
+                "prompt_tokens": sum(r.prompt_tokens for r in ranks) + tok.prompt_tokens,
+                "generation_tokens": sum(r.generation_tokens for r in ranks)
+                + tok.generation_tokens,
+                "finished_requests": sum(r.requests for r in ranks) + tok.requests,
+                "args": list(self.spec.args),
+                "server_load_tracking": self._vllm_args.server_load_tracking,
+                "server_load": list(self._server_load),
+                "server_load_counted": self._server_load_counted,
+                "step_seconds": self.spec.step_seconds,
+                "schedulers": [sched.view() for sched in self._schedulers],
                 "traps": self._traps.as_json(),
             }
 
-    def _admit(self, prompt_tokens: int, generation_tokens: int, duration: float) -> _Ticket:
+    def _admit(
+        self,
+        prompt_tokens: int,
+        generation_tokens: int,
+        duration: float,
+        stream: bool,
+        connection: socket.socket | None,
+    ) -> _Ticket:
         """Accept a new request (it is now in flight, in the front end)."""
         with self._lock:
             if not self._running:
@@ -465,6 +596,10 @@ class EngineEmulator:
                 prompt_tokens,
                 generation_tokens,
                 duration,
+                stream=stream,
+                # vLLM notices a client that goes away at once (``with_cancellation``,
+                # Starlette's ``StreamingResponse.listen_for_disconnect``) and aborts.
+                connection=connection if self.engine is EngineKind.VLLM else None,
             )
 
     def _begin(self, ticket: _Ticket) -> None:
@@ -483,6 +618,8 @@ class EngineEmulator:
             rank.running += 1
             if self.engine is EngineKind.VLLM:
                 rank.prompt_tokens += ticket.prompt_tokens
+            else:
+                self._schedulers[best].admit(ticket, ticket.prompt_tokens, ticket.started_at)
 
     def _end(self, ticket: _Ticket, ok: bool) -> None:
         """The request finished (``ok``) or was cut."""
@@ -496,32 +633,82 @@ class EngineEmulator:
                 return
             rank = self._ranks[ticket.rank]
             rank.running -= 1
+            now = time.monotonic()
+            if self.engine is EngineKind.SGLANG:
+                self._schedulers[ticket.rank].finish(ticket, now)
+                if ok:
+                    self._tokenizer.finished(
+                        streaming=ticket.stream,
+                        prompt_tokens=ticket.prompt_tokens,
+                        generation_tokens=ticket.generation_tokens,
+                        latency=now - ticket.started_at,
+                    )
+                return
             if not ok:
                 return
-            if self.engine is EngineKind.SGLANG:
-                rank.prompt_tokens += ticket.prompt_tokens
             rank.generation_tokens += ticket.generation_tokens
             rank.requests += 1
-            latency = time.monotonic() - ticket.started_at
+            latency = now - ticket.started_at
             rank.latency_sum += latency
             for i, bound in enumerate(LATENCY_BUCKETS):
                 if latency <= bound:
                     rank.latency_buckets[i] += 1
 
     def _wait(self, ticket: _Ticket, seconds: float) -> None:
-        """Sleep ``seconds``, or raise :class:`Cut` as soon as the emulator stops."""
-        if ticket.halt.wait(seconds) if seconds > 0 else ticket.halt.is_set():
-            raise Cut
+        """Sleep ``seconds``, or raise :class:`Cut` as soon as the emulator stops (or, for
+        vLLM, as soon as the client goes away)."""
+        conn = ticket.connection
+        if conn is None or seconds <= 0:
+            if ticket.halt.wait(seconds) if seconds > 0 else ticket.halt.is_set():
+                raise Cut
+            return
+        deadline = time.monotonic() + seconds
+        poller = select.poll()
+        try:
+            poller.register(conn, select.POLLIN | select.POLLERR | select.POLLHUP)
+            poller.register(ticket.halt.fileno(), select.POLLIN)
+        except (OSError, ValueError):
+            raise Cut from None
+        while True:
+            if ticket.halt.is_set():
+                raise Cut
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            if not poller.poll(max(1, math.ceil(left * 1000))):
+                continue
+            if ticket.halt.is_set():
+                raise Cut
+            try:
+                peeked = conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                continue
+            except OSError:
+                raise Cut from None
+            if not peeked:
+                raise Cut  # the client closed: vLLM cancels the handler
+            # Bytes of a next (pipelined) request: nothing more to watch for.
+            if ticket.halt.wait(max(0.0, deadline - time.monotonic())):
+                raise Cut
+            return
 
     @contextlib.contextmanager
     def admitted(
-        self, *, prompt_tokens: int, generation_tokens: int, duration: float
+        self,
+        *,
+        prompt_tokens: int,
+        generation_tokens: int,
+        duration: float,
+        stream: bool = False,
+        connection: socket.socket | None = None,
     ) -> Iterator[serving.Spend]:
         """Admit a request, run its front-end phase, and count it as running inside.
 
         Yields what spends the request's duration (see :class:`serving.Spend`).
+        ``stream`` is whether the answer streams (SGLang's ``is_streaming`` label);
+        ``connection`` the client's socket (vLLM aborts a request whose client left).
         """
-        ticket = self._admit(prompt_tokens, generation_tokens, duration)
+        ticket = self._admit(prompt_tokens, generation_tokens, duration, stream, connection)
         ok = False
         try:
             self._wait(ticket, ticket.hidden_seconds)
@@ -550,8 +737,35 @@ class EngineEmulator:
 
     # -- metrics -----------------------------------------------------------------------
 
+    def _advance_schedulers(self) -> None:
+        """Bring every SGLang scheduler's clock to now (the caller holds the lock)."""
+        now = time.monotonic()
+        for sched in self._schedulers:
+            sched.advance(now)
+
+    def _sglang_families(self) -> list[Family]:
+        """SGLang's families: each rank's published gauges (a stale-gauges trap replaces
+        them, on rank 0), its per-step token counter, the tokenizer's request counters."""
+        with self._lock:
+            self._advance_schedulers()
+            stale = self._traps.stale
+            ranks = []
+            for i, sched in enumerate(self._schedulers):
+                gauges = sched.published
+                if stale is not None:
+                    gauges = Published(*stale) if i == 0 else Published(0, 0)
+                elif gauges is not None:
+                    gauges = Published(gauges.running, gauges.queue, gauges.gen_throughput)
+                ranks.append(RankMetrics(gauges, dict(sched.realtime)))
+            tokenizer = self._tokenizer.copy()
+        return sglang_families(
+            model_name=self.spec.served_model_names[0], ranks=ranks, tokenizer=tokenizer
+        )
+
     def _families(self) -> list[Family]:
         """The current families, with gauge traps applied."""
+        if self.engine is EngineKind.SGLANG:
+            return self._sglang_families()
         with self._lock:
             ranks = [
                 Rank(
@@ -568,9 +782,7 @@ class EngineEmulator:
             stale = self._traps.stale
             created = self._created
         running, waiting = trapped_gauges(ranks, stale)
-        if self.engine is EngineKind.VLLM:
-            return vllm_families(ranks, running, waiting, created)
-        return sglang_families(ranks, running, waiting)
+        return vllm_families(ranks, running, waiting, created)
 
     def metrics_text(self, mode: str | None = None) -> tuple[int, str]:
         """The ``/metrics`` status and body for ``mode`` (default: the current mode).
@@ -603,6 +815,10 @@ class EngineEmulator:
                 send_bytes(handler, 200 if ok else 503, b"", "text/plain; charset=utf-8")
             elif route == "/metrics":
                 self._serve_metrics(handler)
+            elif route == "/load" and not sglang:
+                self._serve_load(handler)
+            elif route == "/v1/loads" and sglang:
+                self._serve_loads(handler)
             elif route == "/v1/models":
                 send_json(
                     handler,
@@ -652,8 +868,10 @@ class EngineEmulator:
         method (FastAPI's defaults; see :data:`_POST_ROUTES`)."""
         sglang = self.engine is EngineKind.SGLANG
         known = route in _GET_ROUTES or route in _POST_ROUTES
-        if route == "/generate" and not sglang:
-            known = False  # vLLM has no /generate
+        if (route == "/generate" or route == "/v1/loads") and not sglang:
+            known = False  # vLLM has no /generate, no /v1/loads
+        if route == "/load" and sglang:
+            known = False  # SGLang has no /load
         if route.startswith("/v1/models/") and sglang:
             known = True
         return intake.method_not_allowed() if known else intake.route_not_found()
@@ -668,6 +886,119 @@ class EngineEmulator:
         )
         send_json(handler, 200, card)
 
+    # -- vLLM: the API server's in-flight count ---------------------------------------
+
+    def _process(self, handler: Handler) -> int:
+        """The API server process that accepted this connection. vLLM's API servers
+        (``run_multi_api_server``, vllm/entrypoints/cli/serve.py) all accept on one
+        listening socket, so which one gets a connection is the kernel's choice: the
+        emulator hands connections out in turn."""
+        if handler.process is None:
+            with self._lock:
+                handler.process = self._next_process % len(self._server_load)
+                self._next_process += 1
+        return handler.process
+
+    @contextlib.contextmanager
+    def server_load(self, handler: Handler) -> Iterator[Callable[[], None]]:
+        """vLLM's ``load_aware_call`` around one request handler
+        (vllm/entrypoints/serve/utils/api_utils.py, 0.29.0; the same in 0.25.1), for the
+        process that accepted the connection. Yields ``entered``, which the handler calls
+        once FastAPI has validated the body (a refusal before it, 400/422, is never
+        counted): with ``--enable-server-load-tracking`` the count goes up then, and down
+        once when the block ends: after the last byte of the answer was written (vLLM adds
+        the decrement as the response's background task, which Starlette runs after the
+        body was sent: a stream counts until its last chunk), on an error (vLLM: at once on
+        an exception), or when the client went away (``listen_for_disconnect``). Without
+        the flag nothing is counted: ``/load`` stays 0."""
+        process = self._process(handler)
+        counted: threading.Event | None = None
+
+        def entered() -> None:
+            nonlocal counted
+            with self._lock:
+                if counted is None and self._vllm_args.server_load_tracking:
+                    self._server_load[process] += 1
+                    self._server_load_counted += 1
+                    counted = self._ended
+
+        try:
+            yield entered
+        finally:
+            with self._lock:
+                # Only in the process lifetime that counted it (a restart starts from 0).
+                if counted is not None and counted is self._ended:
+                    self._server_load[process] -= 1
+
+    def _serve_load(self, handler: Handler) -> None:
+        """vLLM's ``GET /load`` (``get_server_load_metrics``,
+        vllm/entrypoints/serve/instrumentator/basic.py; registered whatever the flag):
+        ``{"server_load": N}`` of the API server process that took the connection, as
+        Starlette's ``JSONResponse`` renders it (no spaces)."""
+        process = self._process(handler)
+        with self._lock:
+            load = self._server_load[process]
+        body = json.dumps({"server_load": load}, separators=(",", ":")).encode()
+        send_bytes(handler, 200, body, "application/json")
+
+    # -- SGLang: the load snapshots ---------------------------------------------------------
+
+    def _serve_loads(self, handler: Handler) -> None:
+        """SGLang's ``GET /v1/loads`` (``get_loads``, sglang/srt/entrypoints/v1_loads.py,
+        0.5.21): every DP rank's last published load snapshot (see
+        :mod:`testbed.emulator.sglang_scheduler` for when one is published), read by
+        ``TokenizerManager.get_loads`` from shared memory. ``dp_rank`` filters (out of
+        range: no loads), ``include`` picks sections (``core`` alone: no sections; an
+        unknown one fails in ``LoadSnapshot.to_dict`` with a ``ValueError`` the route does
+        not catch: 500), ``format=prometheus`` answers the text format
+        (``_format_loads_prometheus``)."""
+        query = parse_qs(urlsplit(handler.path).query, keep_blank_values=True)
+        dp_text = query.get("dp_rank", [None])[-1]
+        include_text = query.get("include", [None])[-1]
+        fmt_text = query.get("format", [None])[-1]
+        dp_rank: int | None = None
+        if dp_text is not None:
+            try:
+                dp_rank = int(dp_text)
+            except ValueError:
+                raise intake.sglang_query_invalid("dp_rank", dp_text) from None
+        include = [s.strip() for s in include_text.split(",")] if include_text else None
+        with self._lock:
+            self._advance_schedulers()
+            snapshots = [sched.snapshot() for sched in self._schedulers]
+        if dp_rank is not None:
+            snapshots = [s for s in snapshots if s["dp_rank"] == dp_rank]
+        sections = {"memory": "memory", "disaggregation": "disagg", "queues": "queues"}
+        valid = {"core", "memory", "spec", "lora", "disagg", "queues", "all"}
+        wanted = set(include) if include else None
+        loads = []
+        for snap in snapshots:
+            if wanted is not None and "all" not in wanted:
+                if not wanted <= valid:
+                    raise intake.sglang_internal_error()
+                for key, name in sections.items():
+                    if name not in wanted:
+                        snap.pop(key, None)
+            loads.append(snap)
+        if fmt_text == "prometheus":
+            send_bytes(
+                handler,
+                200,
+                _loads_prometheus(loads).encode(),
+                "text/plain; version=0.0.4; charset=utf-8",
+            )
+            return
+        answer = {
+            "timestamp": _utc_now_iso(),
+            "version": SGLANG_VERSION,
+            "accelerator": "NVIDIA H100 80GB HBM3",
+            "num_accelerators": 1,
+            "loads": loads,
+        }
+        send_bytes(
+            handler, 200, json.dumps(answer, separators=(",", ":")).encode(), "application/json"
+        )
+
     def _serve_metrics(self, handler: Handler) -> None:
         """Answer ``/metrics`` in the current mode."""
         with self._lock:
@@ -679,3 +1010,37 @@ class EngineEmulator:
             mode = "normal"
         status, text = self.metrics_text(mode)
         send_bytes(handler, status, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
+
+
+def _utc_now_iso() -> str:
+    """``datetime.now(timezone.utc).isoformat()``."""
+    import datetime
+
+    return datetime.datetime.now(datetime.UTC).isoformat()
+
+
+def _loads_prometheus(loads: list[dict[str, Any]]) -> str:
+    """``_format_loads_prometheus`` (sglang/srt/entrypoints/v1_loads.py): one gauge per
+    numeric field, ``sglang_<field>`` (sections: ``sglang_<section>_<field>``, ``disagg``
+    for ``disaggregation``), labelled by ``dp_rank``."""
+    prefixes = {"disaggregation": "disagg"}
+    samples: dict[str, list[tuple[int, Any]]] = {}
+    for load in loads:
+        rest = dict(load)
+        dp_rank = rest.pop("dp_rank")
+        for key, value in rest.items():
+            if isinstance(value, dict):
+                prefix = prefixes.get(key, key)
+                for sub, sub_value in value.items():
+                    if isinstance(sub_value, int | float):
+                        samples.setdefault(f"sglang_{prefix}_{sub}", []).append(
+                            (dp_rank, sub_value)
+                        )
+            elif isinstance(value, int | float):
+                samples.setdefault(f"sglang_{key}", []).append((dp_rank, value))
+    lines = []
+    for name, values in samples.items():
+        lines.append(f"# TYPE {name} gauge")
+        for dp_rank, value in values:
+            lines.append(f'{name}{{dp_rank="{dp_rank}"}} {value}')
+    return "\n".join(lines) + "\n"

@@ -65,6 +65,7 @@ __all__ = [
     "route_not_found",
     "sglang_generate",
     "sglang_internal_error",
+    "sglang_query_invalid",
     "sglang_value_error",
     "vllm_call",
     "vllm_empty_prompt",
@@ -84,12 +85,20 @@ _VLLM_MAX_COMPLETION_PROMPTS = 1024
 """``VLLM_MAX_COMPLETION_PROMPTS`` default (vllm/envs.py)."""
 
 _SGLANG_ENDPOINT = (
-    '\n  File "sglang/srt/entrypoints/http_server.py", line 915, in generate_request'
+    '\n  File "sglang/srt/entrypoints/http_server.py", line 910, in generate_request'
     "\n    POST /generate"
 )
 """FastAPI's endpoint context in ``str(RequestValidationError)`` (fastapi/exceptions.py,
-``ValidationException._format_endpoint_context``): SGLang 0.5.21's ``generate_request`` is
-defined at line 915 of that file; the real message names the installed path."""
+``ValidationException._format_endpoint_context``; the line is
+``inspect.getsourcelines(func)[1]`` (fastapi/routing.py, ``_extract_endpoint_context``), the
+first line of the decorated definition: SGLang 0.5.21's ``generate_request`` starts with
+its ``@app.api_route(`` at line 910 of that file (its ``def`` is at 915); the real message
+names the installed path."""
+
+_SGLANG_LOADS_ENDPOINT = (
+    '\n  File "sglang/srt/entrypoints/v1_loads.py", line 96, in get_loads\n    GET /v1/loads'
+)
+"""The same for SGLang 0.5.21's ``get_loads`` (``@router.get("/v1/loads")`` at line 96)."""
 
 
 # ---------------------------------------------------------------- answers both engines share
@@ -358,9 +367,17 @@ class VllmCall:
     """The JSON body, for the emulator's own ``emulate_seconds``."""
 
 
-def vllm_call(handler: Handler, *, chat: bool, served: tuple[str, ...]) -> VllmCall:
+def vllm_call(
+    handler: Handler,
+    *,
+    chat: bool,
+    served: tuple[str, ...],
+    entered: Callable[[], None] = lambda: None,
+) -> VllmCall:
     """Read a vLLM ``/v1/completions`` (or chat) request as vLLM 0.29.0 does, or raise the
-    :class:`Refused` it answers instead. In order:
+    :class:`Refused` it answers instead. ``entered`` is called once steps 1-3 (FastAPI's,
+    before the route's handler) have passed: the handler starts there (where vLLM's
+    ``load_aware_call`` counts the request). In order:
 
     1. the body (FastAPI): bad JSON -> 400 validation error;
     2. ``validate_json_request`` (vllm/entrypoints/serve/utils/api_utils.py), a dependency
@@ -395,6 +412,7 @@ def vllm_call(handler: Handler, *, chat: bool, served: tuple[str, ...]) -> VllmC
         raise _vllm_error("There was an error parsing the body", "Bad Request", 400, None) from exc
     except _VllmValidationError as exc:
         raise exc.refusal() from exc
+    entered()
     if req.model and req.model not in served:
         raise _vllm_error(f"The model `{req.model}` does not exist.", "NotFoundError", 404, "model")
     if isinstance(req, _VllmChat):
@@ -457,18 +475,32 @@ def vllm_empty_prompt() -> Refused:
 # ---------------------------------------------------------------- SGLang 0.5.21
 
 
-def _sglang_invalid(errors: list[Any]) -> Refused:
+def _sglang_invalid(errors: list[Any], endpoint: str = _SGLANG_ENDPOINT) -> Refused:
     """SGLang's ``validation_exception_handler`` (sglang/srt/entrypoints/http_server.py):
     400 instead of FastAPI's 422, the flat ``ErrorResponse`` (sglang/srt/entrypoints/openai/
     protocol.py: ``object, message, type, param, code``) with type ``Bad Request``, no param,
     message ``f"{str(exc)} {exc.errors()}"``. Same in 0.5.18."""
     label = "error" if len(errors) == 1 else "errors"
     text = f"{len(errors)} validation {label}:\n" + "".join(f"  {e}\n" for e in errors)
-    message = f"{(text + _SGLANG_ENDPOINT).rstrip()} {errors}"
+    message = f"{(text + endpoint).rstrip()} {errors}"
     return Refused(
         400,
         {"object": "error", "message": message, "type": "Bad Request", "param": None, "code": 400},
     )
+
+
+def sglang_query_invalid(name: str, text: str) -> Refused:
+    """An integer query parameter of ``GET /v1/loads`` that is not an integer (``dp_rank``:
+    ``Optional[int]``): FastAPI's ``RequestValidationError`` with pydantic's
+    ``int_parsing`` error under ``("query", name)``, answered by SGLang's validation
+    handler (:func:`_sglang_invalid`)."""
+    error = {
+        "type": "int_parsing",
+        "loc": ("query", name),
+        "msg": "Input should be a valid integer, unable to parse string as an integer",
+        "input": text,
+    }
+    return _sglang_invalid([error], _SGLANG_LOADS_ENDPOINT)
 
 
 def sglang_value_error(message: str) -> Refused:

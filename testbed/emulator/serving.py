@@ -26,6 +26,7 @@ name; a missing ``model`` reads as ``"default"`` and the response echoes what wa
 from __future__ import annotations
 
 import secrets
+import socket
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -38,6 +39,7 @@ from testbed.emulator.spec import SGLANG_DEFAULT_MODEL, EngineKind
 from testbed.emulator.wire import (
     BadRequest,
     Handler,
+    StreamWriter,
     end_stream,
     read_json,
     send_json,
@@ -83,9 +85,19 @@ class Engine(Protocol):
         """The names the engine serves its model under (``--served-model-name``)."""
 
     def admitted(
-        self, *, prompt_tokens: int, generation_tokens: int, duration: float
+        self,
+        *,
+        prompt_tokens: int,
+        generation_tokens: int,
+        duration: float,
+        stream: bool = False,
+        connection: socket.socket | None = None,
     ) -> AbstractContextManager[Spend]:
         """Admit a request and count it as running while the block runs."""
+
+    def server_load(self, handler: Handler) -> AbstractContextManager[Callable[[], None]]:
+        """vLLM's ``load_aware_call`` around a handler: yields ``entered``, to call once
+        the request passed FastAPI's validation."""
 
     def claim_rids(self, rids: list[str]) -> str | None:
         """Hold these request ids as in flight; the first one already held instead."""
@@ -140,24 +152,39 @@ def _run_request(
     generation_tokens: int,
     duration: float,
     partial: Callable[[int], list[Any]],
+    finals: Callable[[], list[Any]],
 ) -> None:
-    """Admit the request and spend its duration; when streaming, open the SSE response
-    and send the events ``partial(index)`` after every piece but the last (the caller sends
-    the last, after the request has left the engine's accounting)."""
-    with engine.admitted(
-        prompt_tokens=prompt_tokens, generation_tokens=generation_tokens, duration=duration
-    ) as spend:
-        if stream:
-            start_stream(handler)
+    """Admit the request and spend its duration. When streaming, open the SSE response,
+    queue the events ``partial(index)`` after every piece but the last, then, once the
+    request has left the engine's accounting, ``finals()``, ``data: [DONE]`` and the last
+    chunk, and return when they were written (:class:`StreamWriter`: the engine never waits
+    for the client). Not streaming, the caller writes the answer."""
+    writer: StreamWriter | None = None
+    try:
+        with engine.admitted(
+            prompt_tokens=prompt_tokens,
+            generation_tokens=generation_tokens,
+            duration=duration,
+            stream=stream,
+            connection=handler.connection,
+        ) as spend:
+            if stream:
+                start_stream(handler)
+                writer = StreamWriter(handler)
 
-            def on_piece(index: int) -> None:
-                if index < pieces - 1:
-                    for event in partial(index):
-                        write_event(handler, event)
+                def on_piece(index: int) -> None:
+                    if writer is not None and index < pieces - 1:
+                        writer.put(*partial(index))
 
-            spend(pieces, on_piece)
-        else:
-            spend(1)
+                spend(pieces, on_piece)
+            else:
+                spend(1)
+        if writer is not None:
+            writer.put(*finals())
+            writer.finish()
+    finally:
+        if writer is not None:
+            writer.abandon()
 
 
 MAX_MODEL_LEN = 4096
@@ -265,9 +292,11 @@ class _OpenAICall:
     empty_prompt: bool = False
 
 
-def _vllm_openai_call(engine: Engine, handler: Handler, *, chat: bool) -> _OpenAICall:
+def _vllm_openai_call(
+    engine: Engine, handler: Handler, *, chat: bool, entered: Callable[[], None]
+) -> _OpenAICall:
     """A vLLM OpenAI request, read and refused as :func:`intake.vllm_call` says."""
-    call = intake.vllm_call(handler, chat=chat, served=engine.served_model_names)
+    call = intake.vllm_call(handler, chat=chat, served=engine.served_model_names, entered=entered)
     counts = [_count_tokens(call.messages)] if chat else [_count_tokens(p) for p in call.prompts]
     return _OpenAICall(
         resp_id=call.resp_id,
@@ -323,11 +352,24 @@ def completions(engine: Engine, handler: Handler, *, chat: bool) -> None:
     stream that asked for usage ends with a usage chunk whose ``choices`` is empty
     (``completion_stream_generator``). A chat without a token limit is given
     :data:`DEFAULT_MAX_TOKENS` (vLLM would allow the rest of the context).
+
+    vLLM's handler runs inside its ``load_aware_call`` (:meth:`Engine.server_load`): from
+    the end of FastAPI's validation until the answer's last byte was written.
     """
     if engine.engine is EngineKind.VLLM:
-        call = _vllm_openai_call(engine, handler, chat=chat)
-    else:
-        call = _sglang_openai_call(handler, chat=chat)
+        with engine.server_load(handler) as entered:
+            _answer(
+                engine,
+                handler,
+                _vllm_openai_call(engine, handler, chat=chat, entered=entered),
+                chat=chat,
+            )
+        return
+    _answer(engine, handler, _sglang_openai_call(handler, chat=chat), chat=chat)
+
+
+def _answer(engine: Engine, handler: Handler, call: _OpenAICall, *, chat: bool) -> None:
+    """Run an accepted OpenAI request and write its answer (see :func:`completions`)."""
     if call.empty_prompt:
         refusal = intake.vllm_empty_prompt()
         if not call.stream:
@@ -386,6 +428,15 @@ def completions(engine: Engine, handler: Handler, *, chat: bool) -> None:
             for i in range(choices_n)
         ]
 
+    def finals() -> list[dict[str, Any]]:
+        events = [
+            chunk({"choices": [choice(i, texts[-1], final=True, delta=True)]})
+            for i in range(choices_n)
+        ]
+        if call.include_usage:
+            events.append(chunk({"choices": [], "usage": usage}))
+        return events
+
     _run_request(
         engine,
         handler,
@@ -395,6 +446,7 @@ def completions(engine: Engine, handler: Handler, *, chat: bool) -> None:
         generation_tokens=max_tokens * choices_n,
         duration=duration,
         partial=partial,
+        finals=finals,
     )
     if not call.stream:
         send_json(
@@ -411,12 +463,6 @@ def completions(engine: Engine, handler: Handler, *, chat: bool) -> None:
                 "usage": usage,
             },
         )
-        return
-    for i in range(choices_n):
-        write_event(handler, chunk({"choices": [choice(i, texts[-1], final=True, delta=True)]}))
-    if call.include_usage:
-        write_event(handler, chunk({"choices": [], "usage": usage}))
-    end_stream(handler)
 
 
 def generate(engine: Engine, handler: Handler) -> None:
@@ -467,6 +513,9 @@ def _generate(engine: Engine, handler: Handler, call: intake.SglangGenerate) -> 
     def partial(piece: int) -> list[dict[str, Any]]:
         return [result(i, piece + 1, final=False) for i in range(len(call.items))]
 
+    def finals() -> list[dict[str, Any]]:
+        return [result(i, pieces, final=True) for i in range(len(call.items))]
+
     _run_request(
         engine,
         handler,
@@ -476,13 +525,9 @@ def _generate(engine: Engine, handler: Handler, call: intake.SglangGenerate) -> 
         generation_tokens=sum(budgets),
         duration=duration,
         partial=partial,
+        finals=finals,
     )
-    finals = [result(i, pieces, final=True) for i in range(len(call.items))]
     if call.stream:
-        for final in finals:
-            write_event(handler, final)
-        end_stream(handler)
-    elif call.single:
-        send_json(handler, 200, finals[0])
-    else:
-        send_json(handler, 200, finals)
+        return
+    answers = finals()
+    send_json(handler, 200, answers[0] if call.single else answers)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from testbed.emulator.sglang_scheduler import DEFAULT_STEP_SECONDS
+
 __all__ = ["MODEL_NAME", "SGLANG_DEFAULT_MODEL", "EngineKind", "PodEngineSpec"]
 
 MODEL_NAME = "emulated"
@@ -44,6 +46,16 @@ class PodEngineSpec:
     in-flight request on SIGTERM) and ``force_shutdown`` SGLang's ``SGL_FORCE_SHUTDOWN``
     (exit at the watchdog's first check whatever is in flight); see
     :mod:`testbed.emulator.termination`.
+
+    ``args`` is the engine container's rendered command line (its ``command`` then its
+    ``args``); the emulated engine reads from it what the real one would
+    (:mod:`testbed.emulator.engine_args`): vLLM's ``--enable-server-load-tracking`` and API
+    server count, SGLang's ``--decode-log-interval``, ``--load-snapshot-publish-interval``,
+    ``--skip-server-warmup`` and ``--disable-overlap-schedule``.
+
+    ``step_seconds`` is the emulated time of one SGLang scheduler step (prefill batch or
+    decode step), which decides when its gauges and load snapshots are published
+    (:mod:`testbed.emulator.sglang_scheduler`, where the 25 ms default is explained).
     """
 
     name: str
@@ -57,3 +69,5 @@ class PodEngineSpec:
     model_path: str = MODEL_NAME
     shutdown_timeout: float = 0.0
     force_shutdown: bool = False
+    args: tuple[str, ...] = ()
+    step_seconds: float = DEFAULT_STEP_SECONDS

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import queue
 import socket
 import socketserver
 import threading
@@ -24,6 +25,7 @@ __all__ = [
     "Handler",
     "Refused",
     "Server",
+    "StreamWriter",
     "end_stream",
     "error_body",
     "read_body",
@@ -121,6 +123,9 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "emulated-engine/1"
     sys_version = ""
+    #: The emulated server process that accepted this connection (vLLM may run several
+    #: API server processes on one socket); set by the app on first use.
+    process: int | None = None
 
     @property
     def srv(self) -> Server:
@@ -276,3 +281,67 @@ def end_stream(handler: Handler) -> None:
     """Write ``data: [DONE]`` and the last chunk."""
     write_event(handler, "[DONE]")
     handler.wfile.write(b"0\r\n\r\n")
+
+
+_END = object()
+
+
+class StreamWriter:
+    """Writes one SSE response's events from a thread of its own, so the engine's work
+    never waits for the client: what the engine produced is queued, as the real engines'
+    HTTP front ends queue a request's outputs (vLLM's output processor, SGLang's tokenizer
+    manager) while the engine goes on. A slow reader holds only the response, not the
+    engine's accounting: the engine can be done (its gauges down, its counters moved)
+    while the last chunks are still being written.
+
+    The headers must have been sent (:func:`start_stream`) before the first :meth:`put`.
+    A failed write (the client went away, the connection was cut) is kept and raised by
+    the next :meth:`put` or by :meth:`finish`."""
+
+    def __init__(self, handler: Handler) -> None:
+        self._handler = handler
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._error: OSError | None = None
+        self._thread = threading.Thread(target=self._run, name="emulator-stream", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _END:
+                return
+            if self._error is not None:
+                continue
+            try:
+                if isinstance(item, bytes):
+                    self._handler.wfile.write(item)
+                else:
+                    write_event(self._handler, item)
+            except OSError as exc:
+                self._error = exc
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def put(self, *events: Any) -> None:
+        """Queue SSE events; raises the write error if a write already failed."""
+        self._raise()
+        for event in events:
+            self._queue.put(event)
+
+    def finish(self) -> None:
+        """Queue ``data: [DONE]`` and the last chunk, and wait until everything was
+        written (or a write failed: raised here)."""
+        self._raise()
+        self._queue.put("[DONE]")
+        self._queue.put(b"0\r\n\r\n")
+        self._queue.put(_END)
+        self._thread.join()
+        self._raise()
+
+    def abandon(self) -> None:
+        """Stop writing (the request was cut): the thread drops what is left and ends."""
+        if self._error is None:
+            self._error = OSError("abandoned")
+        self._queue.put(_END)
