@@ -169,6 +169,21 @@ def test_the_decode_counter_moves_on_every_step_with_one_token_per_request() -> 
         assert r.realtime["decode"] == 2 * n
 
 
+@pytest.mark.parametrize(("overlap", "queued"), [(True, 0), (False, 1)])
+def test_a_request_waiting_for_its_prefill_is_in_the_queue_gauge_only_in_the_normal_loop(
+    overlap: bool, queued: int
+) -> None:
+    """The overlapping loop picks the next batch (the waiting request's prefill) before it
+    reports the step that just ended; the normal loop reports first."""
+    r = rank(interval=1, overlap=overlap)
+    r.admit("a", 1, 0.0)
+    r.advance(at_step(2))  # prefill, one decode step (reported: interval 1)
+    r.admit("b", 1, at_step(2))  # waits for decode step 2
+    r.advance(at_step(3))
+    assert r.published is not None
+    assert (r.published.running, r.published.queue) == (1, queued)
+
+
 @pytest.mark.parametrize(
     ("overlap", "at_prefill"),
     [(True, 1), (False, 0)],

@@ -18,7 +18,8 @@ The scheduler loop (``event_loop_overlap``/``event_loop_normal``) runs one batch
   forward) sets ``num_running_reqs`` to the running batch *as it was when the prefill was
   scheduled*, without the requests just admitted (``PrefillStats.from_adder(adder,
   running_batch.reqs, ...)`` in ``Scheduler.get_new_batch_prefill``), and ``num_queue_reqs``
-  to the waiting queue now; ``sglang:realtime_tokens_total{mode="prefill_compute"}`` grows by
+  to the waiting queue now (in the default overlapping loop, after the next batch was
+  picked: a request that was waiting is in that next prefill, not in the queue); ``sglang:realtime_tokens_total{mode="prefill_compute"}`` grows by
   the batch's new tokens (``increment_realtime_tokens``, skipped when 0). The admitted
   requests join the running batch when the next batch is picked (``get_next_batch_to_run``
   merges ``last_batch``);
@@ -279,24 +280,32 @@ class SglangRank:
             self._on_idle(at)
 
     def _end_step(self, step: _Step) -> None:
-        """The step's result is processed at its end, then the next batch is picked."""
+        """The step's result is processed at its end, then the next batch is picked. In the
+        overlapping loop the next batch is picked first (``event_loop_overlap`` processes
+        the previous result after launching the next batch): a prefill's requests are in
+        the running batch by then, and whatever was waiting went into the next prefill (the
+        emulator admits every waiting request), so the reports see an empty queue. In the
+        normal loop the result comes first: the running batch without the prefill's
+        requests, the waiting queue as it is."""
         at = step.end
         self.steps += 1
-        if step.prefill:
-            new = [r for r in step.reqs if not r.finished]
-            if not self.overlap:
-                # event_loop_normal: the result (and its snapshot) before the merge.
-                self._publish_snapshot(at, force=True)
+        new = [r for r in step.reqs if not r.finished] if step.prefill else []
+        if self.overlap:
             self._running.extend(new)
-            if self.overlap:
-                # event_loop_overlap: the next batch was picked (the merge done) first.
-                self._publish_snapshot(at, force=True)
+            running, waiting = len(self._running), 0
+        else:
+            running, waiting = len(self._running), len(self._waiting)
+        # ``publish_load_snapshot`` at the start of ``process_batch_result``: forced for a
+        # prefill, every ``publish_interval`` calls for a decode step.
+        self._publish_snapshot(at, force=step.prefill, running=running, waiting=waiting)
+        if step.prefill:
+            if not self.overlap:
+                self._running.extend(new)
             self._count_prefill(step.reqs)
             self._prefill_busy_us += self._step_us
-            self._log(at, running=step.running_before, queue=len(self._waiting))
+            self._log(at, running=step.running_before, queue=waiting)
         else:
-            self._publish_snapshot(at, force=False)
-            self._decode_step(at, batch=step.batch, queue=len(self._waiting))
+            self._decode_step(at, batch=step.batch, queue=waiting)
         self._start_next(at)
 
     def _count_prefill(self, reqs: list[_Req]) -> None:
@@ -336,15 +345,20 @@ class SglangRank:
 
     # -- the load snapshot ----------------------------------------------------------------
 
-    def _publish_snapshot(self, at: float, *, force: bool) -> None:
-        """``Scheduler.publish_load_snapshot``: forced, or every ``publish_interval`` calls."""
+    def _publish_snapshot(
+        self, at: float, *, force: bool, running: int | None = None, waiting: int | None = None
+    ) -> None:
+        """``Scheduler.publish_load_snapshot``: forced, or every ``publish_interval`` calls;
+        the batches as they are now unless told."""
         if not force:
             self._publish_counter += 1
             if self._publish_counter < self.publish_interval:
                 return
         self._publish_counter = 0
         self._snapshot = self._snapshot_now(
-            at, running=len(self._running), waiting=len(self._waiting)
+            at,
+            running=len(self._running) if running is None else running,
+            waiting=len(self._waiting) if waiting is None else waiting,
         )
 
     def _snapshot_now(self, at: float, *, running: int, waiting: int) -> dict[str, Any]:
