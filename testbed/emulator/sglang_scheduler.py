@@ -19,10 +19,10 @@ The scheduler loop (``event_loop_overlap``/``event_loop_normal``) runs one batch
   scheduled*, without the requests just admitted (``PrefillStats.from_adder(adder,
   running_batch.reqs, ...)`` in ``Scheduler.get_new_batch_prefill``), and ``num_queue_reqs``
   to the waiting queue now (in the default overlapping loop, after the next batch was
-  picked: a request that was waiting is in that next prefill, not in the queue); ``sglang:realtime_tokens_total{mode="prefill_compute"}`` grows by
-  the batch's new tokens (``increment_realtime_tokens``, skipped when 0). The admitted
-  requests join the running batch when the next batch is picked (``get_next_batch_to_run``
-  merges ``last_batch``);
+  picked: a request that was waiting is in that next prefill, not in the queue);
+  ``sglang:realtime_tokens_total{mode="prefill_compute"}`` grows by the batch's new tokens
+  (``increment_realtime_tokens``, skipped when 0). The admitted requests join the running
+  batch when the next batch is picked (``get_next_batch_to_run`` merges ``last_batch``);
 - otherwise a **decode** step of the running batch, one token per request:
   ``report_decode_stats`` adds them to ``realtime_tokens_total{mode="decode"}`` on every step
   (before its interval gate), but sets the gauges only when ``forward_ct_decode %
