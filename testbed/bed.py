@@ -147,13 +147,17 @@ class Bed:
             log_path=log_path,
         )
 
-    def operator(self, namespace: str, *, request_seconds: float = 1.0) -> StandInOperator:
-        """Start a stand-in operator for ``namespace``."""
+    def operator(
+        self, namespace: str, *, request_seconds: float = 1.0, step_seconds: float | None = None
+    ) -> StandInOperator:
+        """Start a stand-in operator for ``namespace`` (``step_seconds``: the emulated
+        SGLang's decode-step time)."""
         op = StandInOperator(
             api=self.api_client(),
             namespace=namespace,
             hub_url=self.hub_url,
             request_seconds=request_seconds,
+            step_seconds=step_seconds,
         ).start()
         self.operators.append(op)
         return op

@@ -76,6 +76,8 @@ class StandInOperator:
     namespace: str
     hub_url: str  # the emulator hub's control API, inside the bed's namespace
     request_seconds: float = 1.0
+    #: The emulated SGLang's decode-step time (None: the emulator's default).
+    step_seconds: float | None = None
     interval: float = 0.5
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -300,6 +302,9 @@ class StandInOperator:
                         # The engine reads its settings from the Pod's rendered command line
                         # (testbed/emulator/engine_args.py).
                         "args": _command_line(pod),
+                        **(
+                            {} if self.step_seconds is None else {"step_seconds": self.step_seconds}
+                        ),
                     },
                 )
                 self._emulated[uid] = hub_name

@@ -273,6 +273,11 @@ class EngineEmulator:
                 thread.join(timeout=5)
             self._servers = []
             self._threads = []
+            # The handlers of the cut requests count them as aborted on their own threads: a
+            # process that has exited has nothing in flight, so wait (bounded) for them.
+            settle = time.monotonic() + 5.0
+            while self.in_flight > 0 and time.monotonic() < settle:
+                time.sleep(0.005)
             with self._lock:
                 if self._terminating and self._phase is not Phase.EXITED:
                     self._phase, self._exit = Phase.EXITED, Exit.KILLED

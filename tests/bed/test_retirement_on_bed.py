@@ -4,6 +4,7 @@ kube-apiserver + kwok + engine emulators, and the real SGLang gateway."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ import httpx
 import pytest
 from kubernetes import client
 from temporalio.client import WorkflowHandle
+from temporalio.service import RPCError
 
 from retirement.budgets import Budgets
 from retirement.models import AbortRequest, RetirementRequest, RetirementState, workflow_id_for
@@ -188,11 +190,16 @@ async def wait_for_outcome(
     return await until(handle, lambda st: st.outcome is outcome)
 
 
-async def finish(handle: WorkflowHandle[Any, RetirementState]) -> RetirementState:
-    """End a held (or running) retirement while the test's worker runs: cancel-intent (a
-    cancellation would keep it held); a held one ends once every member is back, and,
-    after a router confirmed one by time (smg), after its re-reads (up to 120 s later)."""
-    return await end_retirement(handle, timeout=240)
+async def finish(handle: WorkflowHandle[Any, RetirementState], *, natural: bool = False) -> None:
+    """End a retirement once the test has seen what it checks.  ``natural``: by
+    cancel-intent, as the watcher would (a held one ends once every member is back and,
+    after a router confirmed one by time (smg), after its re-reads, up to 120 s later);
+    otherwise it is terminated at once (the test's namespace goes with the test)."""
+    if natural:
+        await end_retirement(handle, timeout=240)
+        return
+    with contextlib.suppress(RPCError):  # it may have ended already
+        await handle.terminate("test over")
 
 
 class Witness(threading.Thread):

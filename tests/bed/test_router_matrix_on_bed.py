@@ -194,7 +194,7 @@ async def test_abort_after_withdrawal_leaves_the_router_selecting_it(ctx: Ctx, k
         assert st.restore_rounds >= 3 and not st.unrestored, st.reasons
         assert url in await asyncio.to_thread(selected, kind, router)
         record(kind, "confirmed by time", f"re-read {st.restore_rounds - 1} times; still selected")
-    await finish(handle)
+    await finish(handle, natural=True)  # a held retirement ends by cancel-intent once settled
 
 
 @pytest.mark.parametrize("kind", PROGRAMS)

@@ -192,10 +192,12 @@ def test_a_command_that_floods_ends_at_the_cap_and_the_websocket_is_closed(
 
 
 def test_a_command_that_floods_in_tiny_frames_ends_at_the_cap() -> None:
+    # 64 Ki frames of one byte each, parsed under tracemalloc: seconds of CPU on a loaded
+    # machine, so the wall-clock bound is generous here (it is the cap that must end it).
     with peer_at(forever(channel(1, b"y"))) as (_peer, host):
-        result, took, peak = exec_against(host)
+        result, took, peak = exec_against(host, timeout_s=HANG_S - 5)
     assert result.error == "exec output over its cap", result
-    assert took < TIMEOUT_S + 0.5 and peak < 4 * MiB
+    assert took < HANG_S - 5 and peak < 4 * MiB
 
 
 def test_a_frame_announced_past_the_cap_is_not_read() -> None:
