@@ -642,8 +642,31 @@ class Reconciler:
                 except KubeError as err:
                     log.warning("event for %s/%s: %s", md.namespace, md.name, err)
                 continue
+            if not self._still_declared(md, pods, intent):
+                return None  # the watch event of the change reconciles it again
             return await self._start(req, intent)
         return None
+
+    def _still_declared(self, md: ModelDeployment, pods: list[Pod], intent: Intent) -> bool:
+        """Whether the ModelDeployment as the API server has it now still declares
+        ``intent`` (one GET before a start): the cache may lag behind a scale back up,
+        e.g. after the watcher was paused, and a retirement started on a spec already
+        rewritten would be refused at admission, but it should not start at all."""
+        try:
+            raw = self.kube.get_deployment(namespace=md.namespace, name=md.name)
+        except NotFound:
+            return False
+        fresh = parse_deployment(raw)  # MalformedDeployment: the pass reports it
+        if fresh.uid != md.uid:
+            return False
+        if fresh.resource_version and fresh.resource_version == md.resource_version:
+            return True
+        roles = [RoleSpec(name=r.name, replicas=r.replicas, size=r.size) for r in fresh.roles]
+        same = (intent.kind, intent.role, intent.ordinal, tuple(intent.members))
+        return any(
+            (i.kind, i.role, i.ordinal, tuple(i.members)) == same
+            for i in derive_intents(roles, [view_of(p) for p in pods])
+        )
 
     def _request(self, md: ModelDeployment, intent: Intent) -> RetirementRequest:
         return RetirementRequest(

@@ -591,6 +591,39 @@ def cache_without_refresh(w: World) -> None:
     w.rec.fleet.replace_pods(Pod.from_raw(p) for p in w.kube.pods.values())
 
 
+async def test_a_scale_back_the_cache_has_not_seen_yet_starts_nothing(w: World) -> None:
+    """The cached spec still trims ordinal 1, but the API server's says 2 again (the watch
+    event is on its way: the watcher was paused, or its watch lags): one GET before the
+    start reads the spec as it is now, and nothing starts (found on the bed: a watcher
+    resumed after a terminate and a scale back up started a retirement of a replica that
+    was wanted again).  The cache's own event then reconciles it: nothing to start."""
+    add_md(w, replicas=1)
+    add_replicas(w, range(2))
+    cache_without_refresh(w)
+    body = w.kube.deployments[(NS, MD)]
+    body["spec"]["roles"][0]["replicas"] = 2
+    w.kube._bump(body)
+    await w.rec.reconcile_key((NS, MD))
+    assert w.starts() == []
+    assert [c.method for c in w.kube.called("get_deployment")] == ["get_deployment"]
+    cache_without_refresh(w)  # the event arrives
+    await w.rec.reconcile_key((NS, MD))
+    assert w.starts() == []
+
+
+async def test_a_start_reads_the_spec_once_and_starts_when_it_still_trims(w: World) -> None:
+    """A newer version of the spec that still trims the ordinal (another field changed):
+    the start goes ahead; an unchanged version is not decoded again."""
+    add_md(w, replicas=1)
+    add_replicas(w, range(2))
+    cache_without_refresh(w)
+    body = w.kube.deployments[(NS, MD)]
+    body["metadata"].setdefault("labels", {})["team"] = "a"
+    w.kube._bump(body)
+    await w.rec.reconcile_key((NS, MD))
+    assert [r.ordinal for r in w.starts()] == [1]
+
+
 async def test_a_retry_annotation_read_before_the_first_visibility_query_is_delivered(
     w: World,
 ) -> None:
