@@ -30,7 +30,11 @@ Figures per N:
 The withdrawal's Service check lists every Service and EndpointSlice of the namespace on
 each read, so in one shared namespace a read costs more the more deployments share it.
 
-Run: ``python -m bench worker [--fleets 10,50,200] [--busy 60] [--namespaces 1] [--split]``.
+``--exact`` runs the engines with ``--enable-server-load-tracking``: the drain then reads
+vLLM's own count of requests in flight (``GET /load``) beside the metrics.
+
+Run: ``python -m bench worker [--fleets 10,50,200] [--busy 60] [--namespaces 1] [--split]
+[--exact]``.
 """
 
 from __future__ import annotations
@@ -91,16 +95,17 @@ PHASE = SearchAttributeKey.for_keyword("RetirementPhase")
 SCALE_TO_ONE = {"spec": {"roles": [{"name": "server", "kind": "Server", "replicas": 1, "size": 1}]}}
 
 
-def md_manifest(name: str) -> dict[str, Any]:
-    """A router-less vLLM deployment of two single-member replicas."""
+def md_manifest(name: str, *, exact: bool = False) -> dict[str, Any]:
+    """A router-less vLLM deployment of two single-member replicas (``exact``: with
+    ``--enable-server-load-tracking``, so the drain reads vLLM's own count at ``/load``)."""
+    roles: dict[str, Any] = {"name": "server", "kind": "Server", "replicas": 2, "size": 1}
+    if exact:
+        roles["extraArgs"] = ["--enable-server-load-tracking"]
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "ModelDeployment",
         "metadata": {"name": name},
-        "spec": {
-            "engine": {"name": "vLLM", "version": "0.29.0"},
-            "roles": [{"name": "server", "kind": "Server", "replicas": 2, "size": 1}],
-        },
+        "spec": {"engine": {"name": "vLLM", "version": "0.29.0"}, "roles": [roles]},
     }
 
 
@@ -206,7 +211,14 @@ class WorkerProcesses:
 
 
 async def one_fleet(
-    bed: Bed, dev: DevServer, n: int, *, busy_s: float, spread: int = 1, split: bool = False
+    bed: Bed,
+    dev: DevServer,
+    n: int,
+    *,
+    busy_s: float,
+    spread: int = 1,
+    split: bool = False,
+    exact: bool = False,
 ) -> dict[str, Any]:
     """``n`` retirements at once on one worker, the deployments spread round-robin over
     ``spread`` namespaces (1: all in one, as a platform team's namespace holds them; the
@@ -225,7 +237,7 @@ async def one_fleet(
         list(
             pool.map(
                 lambda m: co.create_namespaced_custom_object(
-                    GROUP, VERSION, ns_of[m], PLURAL, md_manifest(m)
+                    GROUP, VERSION, ns_of[m], PLURAL, md_manifest(m, exact=exact)
                 ),
                 names,
             )
@@ -391,6 +403,7 @@ async def one_fleet(
         worker.stop()
     outcomes = {"completed": 0, "aborted": 0, "other": 0}
     idle_lags: list[float] = []
+    del_lags: list[float] = []  # idle -> the victim's delete done (the timeline's Settling)
     other_kinds: dict[str, int] = {}
     for md, st in zip(names, states, strict=True):
         if isinstance(st, BaseException):
@@ -416,6 +429,9 @@ async def one_fleet(
         for i, (phase, _) in enumerate(tl[:-1]):
             if phase == Phase.DRAINING and md in busy.idle_at:
                 idle_lags.append(tl[i + 1][1].timestamp() - busy.idle_at[md])
+        settled = [at for phase, at in tl if phase == Phase.SETTLING]
+        if settled and md in busy.idle_at:
+            del_lags.append(settled[0].timestamp() - busy.idle_at[md])
     d_api = diff(api1, api0)
     execs = sum(v for (verb, res, sub), v in d_api.items() if res == "pods" and sub == "exec")
     say(f"N={n}: deleting the fleet")
@@ -431,6 +447,9 @@ async def one_fleet(
         "busy_errors": dict(busy.errors),
         "idle_p50": pct(idle_lags, 50),
         "idle_p99": pct(idle_lags, 99),
+        "del_p50": pct(del_lags, 50),
+        "del_p99": pct(del_lags, 99),
+        "exact": exact,
         "act_p50_ms": pct(act_lags, 50) * 1000,
         "act_p99_ms": pct(act_lags, 99) * 1000,
         "wft_p50_ms": pct(wft_lags, 50) * 1000,
@@ -444,12 +463,13 @@ async def one_fleet(
         "threads": peak_threads,
         "execs": execs,
         "execs_per_s": execs / elapsed,
+        "execs_per_retirement": execs / n,
         "api_per_retirement": sum(d_api.values()) / n,
     }
 
 
 async def run(
-    fleets: list[int], busy_s: float, spread: int = 1, split: bool = False
+    fleets: list[int], busy_s: float, spread: int = 1, split: bool = False, exact: bool = False
 ) -> list[dict[str, Any]]:
     """Every fleet size on one bed and one dev server."""
     exit_on_sigterm()
@@ -461,7 +481,9 @@ async def run(
         bed.start()
         dev = start_temporal(bed.state_dir / "temporal")
         for n in fleets:
-            results.append(await one_fleet(bed, dev, n, busy_s=busy_s, spread=spread, split=split))
+            results.append(
+                await one_fleet(bed, dev, n, busy_s=busy_s, spread=spread, split=split, exact=exact)
+            )
             report(results)
     finally:
         if dev is not None:
@@ -477,7 +499,8 @@ def report(results: list[dict[str, Any]]) -> None:
     print()
     print(
         f"worker: N retirements at once on one worker process, each victim engine busy "
-        f"{results[0]['busy_s']:.0f} s then idle (router-less, quiet window {QUIET_S:g} s)"
+        f"{results[0]['busy_s']:.0f} s then idle (router-less, quiet window {QUIET_S:g} s"
+        + (", vLLM's exact count read at /load)" if results[0].get("exact") else ")")
     )
     rows = [
         [
@@ -489,6 +512,8 @@ def report(results: list[dict[str, Any]]) -> None:
             r["other"],
             r["idle_p50"],
             r["idle_p99"],
+            r.get("del_p50", float("nan")),
+            r.get("del_p99", float("nan")),
             r["act_p50_ms"],
             r["act_p99_ms"],
             r["wft_p50_ms"],
@@ -500,6 +525,7 @@ def report(results: list[dict[str, Any]]) -> None:
             r["hwm_mib"],
             r["threads"],
             r["execs_per_s"],
+            r.get("execs_per_retirement", float("nan")),
             r["api_per_retirement"],
         ]
         for r in results
@@ -515,6 +541,8 @@ def report(results: list[dict[str, Any]]) -> None:
                 "other",
                 "idle→next p50 s",
                 "p99 s",
+                "idle→del p50 s",
+                "p99 s",
                 "act lag p50 ms",
                 "p99 ms",
                 "wft lag p50 ms",
@@ -526,6 +554,7 @@ def report(results: list[dict[str, Any]]) -> None:
                 "peak MiB",
                 "threads",
                 "exec/s",
+                "exec/ret",
                 "API/ret",
             ],
             rows,
@@ -536,7 +565,8 @@ def report(results: list[dict[str, Any]]) -> None:
             print(f"  N={r['n']}: {r['other_kinds']} held-request errors {r['busy_errors']}")
     print(
         "  idle→next = victim engine idle (its held request answered) -> the retirement "
-        "leaves Draining; act/wft lag = history Scheduled -> Started of activities / "
+        "leaves Draining; idle→del = the same -> its Pods deleted (Settling begins); "
+        "act/wft lag = history Scheduled -> Started of activities / "
         "workflow tasks; last del = starts -> the last victim Pod deleted; CPU, RSS, peak, "
         "threads = the worker's (procs 2: the sum of a workflows and an activities process); "
         "exec CPU = kwok's with its exec'd one-shots (the metric reads run there)"
@@ -591,9 +621,14 @@ def main(argv: list[str] | None = None) -> int:
         help="run the worker as two processes on the task queue: --serve workflows and "
         "--serve activities (default: one process serving both)",
     )
+    p.add_argument(
+        "--exact",
+        action="store_true",
+        help="run the engines with --enable-server-load-tracking (the drain reads /load)",
+    )
     a = p.parse_args(argv)
     fleets = [int(x) for x in a.fleets.split(",") if x.strip()]
     # prints the table after each fleet
-    results = asyncio.run(run(fleets, a.busy, max(1, a.namespaces), a.split))
+    results = asyncio.run(run(fleets, a.busy, max(1, a.namespaces), a.split, a.exact))
     picture(results)
     return 0
