@@ -4,7 +4,8 @@
     retire status NAMESPACE/DEPLOYMENT [-o json|yaml]  a readable page (or the whole state)
     retire watch  NAMESPACE/DEPLOYMENT             live progress until it ends or holds
     retire abort  NAMESPACE/DEPLOYMENT --reason R  abort (an Update; --signal to signal)
-    retire retry  NAMESPACE/DEPLOYMENT --token T   retry a held retirement
+    retire retry  NAMESPACE/DEPLOYMENT [--token T] retry a held retirement (a token is
+                                                   generated and printed when not given)
     retire cancel-intent NAMESPACE/DEPLOYMENT      the replica is wanted after all
     retire start  NAMESPACE/DEPLOYMENT --role R --ordinal N   start one by hand
     retire setup                                   register the search attributes
@@ -22,10 +23,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import re
+import secrets
 import sys
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
+from importlib import metadata
 from typing import Any
 
 from pydantic import ValidationError
@@ -58,6 +63,7 @@ from retirement.models import (
     RetryRequest,
     workflow_id_for,
 )
+from retirement.names import K8S_NAME
 from retirement.phases import Outcome
 from workflows import story
 from workflows.mirror import SA_DEPLOYMENT, SA_ORDINAL, SA_OUTCOME, SA_PHASE, SA_ROLE
@@ -83,6 +89,20 @@ def parse_ref(ref: str) -> tuple[str, str]:
     return m.group("ns"), m.group("md")
 
 
+def version() -> str:
+    """The installed package's version, or ``unknown`` when it runs from a bare tree."""
+    try:
+        return metadata.version("llm-retire")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def new_retry_token(now: datetime | None = None) -> str:
+    """A fresh retry token: ``cli-<UTC time>-<8 hex>`` (29 characters, within the token
+    rule of ``retirement.retry.validate_token``)."""
+    return f"cli-{(now or datetime.now(UTC)):%Y%m%dT%H%M%SZ}-{secrets.token_hex(4)}"
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser."""
     invoked = os.path.basename(sys.argv[0]) if sys.argv else ""
@@ -91,6 +111,7 @@ def parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     add_connection_flags(p)
     add_task_queue_flag(p)
     sub = p.add_subparsers(dest="command", required=True)
@@ -112,7 +133,11 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--signal", action="store_true", help="send a signal instead of an update")
     r = sub.add_parser("retry")
     r.add_argument("ref")
-    r.add_argument("--token", required=True)
+    r.add_argument(
+        "--token",
+        help="the retry's token (sending the same token again is not a second retry);"
+        " without it one is generated and printed",
+    )
     r.add_argument("--signal", action="store_true")
     c = sub.add_parser("cancel-intent")
     c.add_argument("ref")
@@ -126,13 +151,89 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _validated(build: Any) -> Any:
+#: The command-line names of the request fields a validation error can name.
+FIELD_FLAGS = {
+    "token": "--token",
+    "reason": "--reason",
+    "role": "--role",
+    "ordinal": "--ordinal",
+    "budgets": "--budgets",
+    "routerless_policy": "--routerless-policy",
+    "namespace": "NAMESPACE",
+    "deployment": "DEPLOYMENT",
+}
+_GOT_WIDTH = 40
+
+
+def _what_is_wrong(err: Mapping[str, Any]) -> str:
+    """One pydantic error as the project says it: the rule a model states itself (a
+    ``ValueError`` of a validator), else pydantic's own words as ``must ...``."""
+    kind, ctx, given = err["type"], err.get("ctx") or {}, err.get("input")
+    if isinstance(given, float) and not math.isfinite(given):
+        return "must be a finite number"
+    if kind == "value_error" and "error" in ctx:
+        return str(ctx["error"])
+    if kind == "missing":
+        return "is required"
+    if kind == "extra_forbidden":
+        return "is not a known field"
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return 'must be a JSON object, e.g. {"overall_s": 300}'
+    if kind == "string_too_short" and ctx.get("min_length") == 1:
+        return "must not be empty"
+    if kind == "string_pattern_mismatch" and ctx.get("pattern") == K8S_NAME:
+        return (
+            "must be lower-case letters, digits, '-' or '.', starting and ending with a"
+            " letter or digit"
+        )
+    msg = str(err["msg"])
+    for said in ("Input should", "String should", "Value should"):
+        if msg.startswith(said):
+            return "must" + msg[len(said) :]
+    return msg
+
+
+def _got(given: Any, *, as_json: bool) -> str:
+    if isinstance(given, str) and len(given) > _GOT_WIDTH:
+        return f" (got {len(given)} characters)"
+    try:
+        shown = json.dumps(given) if as_json else repr(given)
+    except (TypeError, ValueError):  # not from JSON after all
+        shown = repr(given)
+    return f" (got {shown[: _GOT_WIDTH - 1]}…)" if len(shown) > _GOT_WIDTH else f" (got {shown})"
+
+
+def validation_message(
+    e: ValidationError, *, flag: str | None = None, known: Iterable[str] = ()
+) -> str:
+    """A ValidationError as one line naming each field and what is wrong with it, e.g.
+    ``--token: a retry token is 1-63 characters ... (got '')``; ``flag`` names the
+    command-line argument the whole model came from (``--budgets``), ``known`` its
+    fields (named when an unknown one is given)."""
+    parts = []
+    for err in e.errors(include_url=False):
+        loc, named = [str(x) for x in err["loc"]], flag
+        if named is None and loc:
+            named, loc = FIELD_FLAGS.get(loc[0], loc[0]), loc[1:]
+        where = ".".join(loc)
+        if err["type"] == "extra_forbidden":
+            what = f"{where!r} {_what_is_wrong(err)}"
+            what += f" (known: {', '.join(known)})" if known else ""
+        else:
+            what = f"{where} {_what_is_wrong(err)}" if where else _what_is_wrong(err)
+            given = err.get("input")
+            what += "" if isinstance(given, dict) else _got(given, as_json=flag is not None)
+        parts.append(f"{named}: {what}" if named else what)
+    return "; ".join(parts)
+
+
+def _validated(build: Any, *, flag: str | None = None, known: Iterable[str] = ()) -> Any:
     try:
         return build()
-    except (ValidationError, ValueError) as e:
-        raise UsageError(
-            str(e).splitlines()[-1] if isinstance(e, ValidationError) else str(e)
-        ) from e
+    except ValidationError as e:
+        raise UsageError(validation_message(e, flag=flag, known=known)) from e
+    except ValueError as e:
+        raise UsageError(f"{flag}: {e}" if flag else str(e)) from e
 
 
 def parse_budgets(text: str) -> Budgets:
@@ -143,7 +244,9 @@ def parse_budgets(text: str) -> Budgets:
         raise UsageError("--budgets: JSON nested too deeply") from e
     except ValueError as e:
         raise UsageError(f"--budgets: not valid JSON: {e}") from e
-    budgets: Budgets = _validated(lambda: Budgets.model_validate(raw))
+    budgets: Budgets = _validated(
+        lambda: Budgets.model_validate(raw), flag="--budgets", known=Budgets.model_fields
+    )
     return budgets
 
 
@@ -289,10 +392,22 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
             return 1
     ns, md = parse_ref(args.ref)
     wid = workflow_id_for(namespace=ns, deployment=md)
-    if args.command == "abort":
+    if args.command == "watch":
+        if not math.isfinite(args.interval):
+            raise UsageError("--interval must be a finite number of seconds")
+        if args.interval <= 0:
+            raise UsageError("--interval must be positive")
+    elif args.command == "abort":
         abort_req = _validated(lambda: AbortRequest(reason=args.reason))
     elif args.command == "retry":
-        retry_req = _validated(lambda: RetryRequest(token=args.token))
+        token = new_retry_token() if args.token is None else args.token
+        retry_req = _validated(lambda: RetryRequest(token=token))
+        if args.token is None:
+            print(
+                f"retry token {token} (generated: sending it again with --token {token}"
+                " is not a second retry)",
+                flush=True,
+            )
     elif args.command == "start":
         budgets = parse_budgets(args.budgets)
         start_req = _validated(
@@ -313,8 +428,6 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
             out = args.output
             print(render.page(st, datetime.now(UTC)) if out == "page" else render.machine(st, out))
         elif args.command == "watch":
-            if args.interval <= 0:
-                raise UsageError("--interval must be positive")
             return await watch(client, wid, interval=args.interval)
         elif args.command == "abort":
             if args.signal:

@@ -1,0 +1,153 @@
+"""``retire``'s usage (issue 20, "Errors and the CLI"): ``watch --interval`` is checked
+before any connection, ``retry`` without ``--token`` generates one and prints it,
+``--version``, and the ``retire-watcher`` console script.  Temporal is the in-memory
+FakeTemporal, handed to the CLI through its ``connect`` seam."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+import cli.main
+from retirement.models import RetirementRequest
+from retirement.phases import Outcome
+from retirement.retry import validate_token
+from tests.helpers.fake_temporal import FakeTemporal
+
+WID = "retirement/demo/llama"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def connects(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every connection the CLI opens (to a FakeTemporal with a running demo/llama)."""
+    for var in ("RETIRE_TEMPORAL_ADDRESS", "TEMPORAL_ADDRESS"):
+        monkeypatch.setenv(var, "127.0.0.1:1")  # never dialled: connect is the fake
+    fake = FakeTemporal()
+    fake.running(RetirementRequest(namespace="demo", deployment="llama", role="w", ordinal=1))
+    fake.set_state(WID, outcome=Outcome.ABORTED)  # held: a retry is accepted
+    opened: list[Any] = [fake]
+
+    async def connect(settings: Any) -> Client:
+        opened.append(settings)
+        return fake.client()
+
+    monkeypatch.setattr(cli.main, "connect", connect)
+    return opened
+
+
+def run_cli(argv: list[str]) -> int:
+    try:
+        return cli.main.main(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 1
+
+
+@pytest.mark.parametrize(
+    ("interval", "message"),
+    [
+        ("0", "retire: --interval must be positive"),
+        ("-1", "retire: --interval must be positive"),
+        ("-0.5", "retire: --interval must be positive"),
+        ("nan", "retire: --interval must be a finite number of seconds"),
+        ("inf", "retire: --interval must be a finite number of seconds"),
+    ],
+)
+def test_watch_interval_not_positive_is_a_usage_error_before_connecting(
+    connects: list[Any], capsys: pytest.CaptureFixture[str], interval: str, message: str
+) -> None:
+    code = run_cli(["watch", "demo/llama", f"--interval={interval}"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err == f"{message}\n"
+    assert connects[1:] == [], "refused before any connection to Temporal"
+
+
+def test_retry_without_a_token_generates_one_and_prints_it(
+    connects: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake: FakeTemporal = connects[0]
+    assert run_cli(["retry", "demo/llama"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    (sent,) = [c.arg.token for c in fake.called("execute_update")]
+    assert validate_token(sent) == sent  # the project's token rule
+    first = out.splitlines()[0]
+    assert first.startswith(f"retry token {sent} (generated"), out
+    assert f"--token {sent}" in first, "how to send the same retry again"
+    assert f"Accept: token {sent}" in out  # the update's answer follows
+
+
+def test_generated_tokens_differ_and_keep_the_rule() -> None:
+    tokens = {cli.main.new_retry_token() for _ in range(200)}
+    assert len(tokens) == 200
+    for token in tokens:
+        assert validate_token(token) == token
+        assert re.fullmatch(r"cli-\d{8}T\d{6}Z-[0-9a-f]{8}", token), token
+
+
+def test_retry_signal_without_a_token_prints_the_generated_token(
+    connects: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake: FakeTemporal = connects[0]
+    assert run_cli(["retry", "demo/llama", "--signal"]) == 0
+    out = capsys.readouterr().out
+    (sent,) = [c.arg.token for c in fake.called("signal")]
+    assert out.splitlines() == [
+        f"retry token {sent} (generated: sending it again with --token {sent} is not a"
+        " second retry)",
+        f"retry signalled to {WID}",
+    ]
+
+
+def test_retry_with_a_token_sends_it_and_prints_no_generated_one(
+    connects: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake: FakeTemporal = connects[0]
+    assert run_cli(["retry", "demo/llama", "--token", "mine-1"]) == 0
+    assert [c.arg.token for c in fake.called("execute_update")] == ["mine-1"]
+    assert "generated" not in capsys.readouterr().out
+
+
+def test_version_prints_the_package_version(
+    connects: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli(["--version"]) == 0
+    out = capsys.readouterr().out
+    assert out == f"retire {cli.main.version()}\n"
+    assert cli.main.version() != ""
+    assert connects[1:] == []
+
+
+def test_version_is_unknown_without_package_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(name: str) -> str:
+        raise cli.main.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(cli.main.metadata, "version", missing)
+    assert cli.main.version() == "unknown"
+
+
+def test_retire_watcher_is_a_console_script_of_the_watchers_main() -> None:
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts.get("retire-watcher") == "watcher.__main__:main"
+    module, _, name = scripts["retire-watcher"].partition(":")
+    assert callable(getattr(importlib.import_module(module), name))
+
+
+def test_several_bad_fields_are_all_named_on_one_line(
+    connects: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["start", "demo/llama", "--role", "w", "--ordinal", "1"]
+    assert run_cli([*argv, "--budgets", '{"drain_s": -1, "overall_s": "5m"}']) == 2
+    err = capsys.readouterr().err
+    assert err == (  # in the order of the fields
+        "retire: --budgets: overall_s must be a valid number, unable to parse string as a"
+        ' number (got "5m"); --budgets: drain_s must be greater than 0 (got -1)\n'
+    )
+    assert connects[1:] == []
