@@ -42,7 +42,7 @@ from retirement.names import ENGINE_CONTAINER
 from retirement.phases import Verdict
 from retirement.readings import (
     Sample,
-    parse_oneshot_output,
+    parse_oneshot_reads,
     series_for,
     steps_counted,
     unknown,
@@ -127,9 +127,11 @@ def limit_execs(size: int) -> ExecSlots:
     return _slots[0]
 
 
-def exec_oneshot(api: KubeApi, target: Target, m: MemberTarget) -> tuple[str, str]:
+def exec_oneshot(
+    api: KubeApi, target: Target, m: MemberTarget, *, twice: bool = False
+) -> tuple[str, str]:
     """Run the one-shot in the member's ``main`` container, in one of the worker's exec
-    slots; returns (stdout, error)."""
+    slots; returns (stdout, error).  ``twice``: the exact count's double read."""
     try:
         port = valid_port(None if m.metrics_port is None else str(m.metrics_port))
         scheme, path = valid_scheme(m.metrics_scheme), valid_path(m.metrics_path)
@@ -138,7 +140,9 @@ def exec_oneshot(api: KubeApi, target: Target, m: MemberTarget) -> tuple[str, st
     series = series_for(target.engine, target.engine_version)
     if series is None:
         return "", f"read refused: unknown engine {target.engine!r}"
-    argv = command(port=port, scheme=scheme, path=path, names=series.all, exact=m.exact_load)
+    argv = command(
+        port=port, scheme=scheme, path=path, names=series.all, exact=m.exact_load, twice=twice
+    )
     slots = exec_slots()
     with slots.slot(EXEC_SLOT_WAIT_S) as got:
         if not got:
@@ -164,27 +168,46 @@ def exec_oneshot(api: KubeApi, target: Target, m: MemberTarget) -> tuple[str, st
 
 def sample_member(api: KubeApi, target: Target, m: MemberTarget) -> Sample:
     """One read of one member; raises Replaced on a definite identity fault."""
+    return sample_member_reads(api, target, m, twice=False)[0]
+
+
+def sample_member_reads(
+    api: KubeApi, target: Target, m: MemberTarget, *, twice: bool
+) -> list[Sample]:
+    """One read of one member, or with ``twice`` (members with the exact count only) two
+    reads ``TWICE_SPACING_S`` apart in one exec, both bound to the admitted container by
+    the identity read before and after the exec; raises Replaced on a definite identity
+    fault."""
+    n = 2 if twice else 1
+
+    def all_unknown(reason: str) -> list[Sample]:
+        return [unknown(reason)] * n
+
     try:
         before = identity(api, target, m)
     except KubeError as e:
-        return unknown(f"read Pod failed: {_http(e)}")
+        return all_unknown(f"read Pod failed: {_http(e)}")
     if not m.container_id:  # admitted as never started: nothing ran, nothing to drain
         if before.container_id:
             raise Replaced(f"member {m.pod} started since admission")
-        return Sample(complete=True, reason="never started: nothing to drain")
+        return [Sample(complete=True, reason="never started: nothing to drain")] * n
     if before.container_id != m.container_id or before.restart_count != m.restart_count:
-        return unknown("container main restarted since admission")
-    stdout, error = exec_oneshot(api, target, m)
+        return all_unknown("container main restarted since admission")
+    stdout, error = exec_oneshot(api, target, m, twice=twice)
     try:
         after = identity(api, target, m)
     except KubeError as e:
-        return unknown(f"read Pod failed: {_http(e)}")
+        return all_unknown(f"read Pod failed: {_http(e)}")
     if after != before:
-        return unknown("container main changed during the read")
+        return all_unknown("container main changed during the read")
     if error:
-        return unknown(error)
-    return parse_oneshot_output(
-        engine=target.engine, stdout=stdout, version=target.engine_version, exact=m.exact_load
+        return all_unknown(error)
+    return parse_oneshot_reads(
+        engine=target.engine,
+        stdout=stdout,
+        version=target.engine_version,
+        exact=m.exact_load,
+        reads=n,
     )
 
 
@@ -229,13 +252,17 @@ def drain(api: KubeApi, inp: PhaseInput) -> Observation:
 
         def once() -> Observation:
             read_at = datetime.now(UTC)  # the round's reads are no older than this
-            samples: dict[str, Sample] = {}
+            # With the exact count, each exec reads twice (the proof's two reads, spaced as
+            # the count allows), and the round folds both into the rule in order.
+            reads: dict[str, list[Sample]] = {}
             for m in members:
                 heartbeat()  # one read may take its exec slot wait and exec bound
                 try:
-                    samples[m.pod] = sample_member(api, target, m)
+                    reads[m.pod] = sample_member_reads(api, target, m, twice=exact)
                 except Replaced as e:
                     return Observation(verdict=Verdict.FAILED, reason=f"member {e}")
+            rounds = [{k: v[i] for k, v in reads.items()} for i in range(2 if exact else 1)]
+            samples = rounds[-1]
             in_flight[0] = busy_in_flight(target.measured, samples)
             readings = {k: _describe(s) for k, s in samples.items()}
             check = still_withdrawn(api, target, http)  # after the reads: no older than them
@@ -243,15 +270,16 @@ def drain(api: KubeApi, inp: PhaseInput) -> Observation:
             if check.verdict is Verdict.FAILED:
                 progress[0] = DrainProgress(rounds=progress[0].rounds + 1)
                 return Observation(verdict=Verdict.FAILED, reason=check.reason, readings=readings)
-            new, verdict, reason = observe_round(
-                progress[0],
-                measured=target.measured,
-                samples=samples,
-                not_withdrawn="" if check.verdict is Verdict.VERIFIED else check.reason,
-                at=datetime.now(UTC),
-                settle_s=settle_s,
-            )
-            progress[0] = new
+            for each in rounds:  # the last read's verdict stands (a busy one undoes the first)
+                new, verdict, reason = observe_round(
+                    progress[0],
+                    measured=target.measured,
+                    samples=each,
+                    not_withdrawn="" if check.verdict is Verdict.VERIFIED else check.reason,
+                    at=datetime.now(UTC),
+                    settle_s=settle_s,
+                )
+                progress[0] = new
             return Observation(
                 verdict=verdict,
                 reason=reason,

@@ -8,7 +8,8 @@ of this project).  It GETs the engine's metrics over loopback with a 2 s timeout
 GETs the engine's request-level count (``/load``, a constant path, on the same port: the
 API server serves both; after the metrics, so a request arriving between the two is still
 counted); it prints ``name<TAB>value`` lines, ``#load<TAB>N``, then ``#end``, or
-``#error<TAB>reason``.  It reads only; it writes nothing.
+``#error<TAB>reason``.  In ``exact2`` mode it does all that twice, ``TWICE_SPACING_S``
+apart, in the one process (the exact drain's two reads).  It reads only; it writes nothing.
 
 Why the standard library only (``http.client`` and the parser below, no ``urllib`` and no
 ``prometheus_client``): every drain read of every retirement starts this process on the
@@ -83,7 +84,7 @@ try:
 except (IndexError, ValueError):
     fail("bad arguments")
 if (not 0 < port < 65536 or scheme not in ("http", "https") or not path.startswith("/")
-        or mode not in ("plain", "exact")):
+        or mode not in ("plain", "exact", "exact2")):
     fail("bad arguments")
 import http.client
 def get(what, accept, cap, shown):
@@ -111,35 +112,46 @@ def get(what, accept, cap, shown):
     if want is not None and len(body) != want:
         fail("body cut short: %d of its Content-Length %d bytes" % (len(body), want))
     return body
-body = get(path, "text/plain", %(cap)d, "1 MiB")
-# The exposition format ends every line with a line feed: without one, the body was cut.
-if body and not body.endswith(b"\n"):
-    fail("body cut short: no final line feed")
-try:
-    sums, seen, bad = parse(body.decode("utf-8"), names)
-except Exception as e:
-    fail("malformed metrics: " + type(e).__name__)
-load = None
-if mode == "exact":
-    # After the metrics: a request that arrives between the two reads is still counted
-    # here, from its handler's start until its last byte is sent.
-    import json
+def read():
+    body = get(path, "text/plain", %(cap)d, "1 MiB")
+    # The exposition format ends every line with a line feed: without one, it was cut.
+    if body and not body.endswith(b"\n"):
+        fail("body cut short: no final line feed")
     try:
-        load = json.loads(get("/load", "application/json", 4096, "4 KiB"))["server_load"]
+        sums, seen, bad = parse(body.decode("utf-8"), names)
     except Exception as e:
-        fail("GET /load answered no count: " + type(e).__name__)
-    if type(load) is not int or load < 0:
-        fail("GET /load answered no count: not a whole number")
-for n in names:
-    print(n + "\t" + ("invalid" if n in bad else repr(sums[n]) if n in seen else "missing"))
-if load is not None:
-    print("#load\t%d" % load)
-print("#end")
+        fail("malformed metrics: " + type(e).__name__)
+    load = None
+    if mode != "plain":
+        # After the metrics: a request that arrives between the two reads is still counted
+        # here, from its handler's start until its last byte is sent.
+        import json
+        try:
+            load = json.loads(get("/load", "application/json", 4096, "4 KiB"))["server_load"]
+        except Exception as e:
+            fail("GET /load answered no count: " + type(e).__name__)
+        if type(load) is not int or load < 0:
+            fail("GET /load answered no count: not a whole number")
+    for n in names:
+        print(n + "\t" + ("invalid" if n in bad else repr(sums[n]) if n in seen else "missing"))
+    if load is not None:
+        print("#load\t%d" % load)
+    print("#end", flush=True)
+read()
+if mode == "exact2":
+    import time
+    time.sleep(%(spacing)s)
+    read()
 """
+
+#: ``exact2``: the pause between the two reads of one exec (the exact drain's idle spacing:
+#: with the engine's own count, two reads this far apart are the proof; one exec instead of
+#: two halves what a drain costs the node and the API server).
+TWICE_SPACING_S = 0.25
 
 SCRIPT = PARSER + _MAIN.replace("%(timeout)s", repr(HTTP_TIMEOUT_S)).replace(
     "%(cap)d", str(BODY_CAP)
-)
+).replace("%(spacing)s", repr(TWICE_SPACING_S))
 
 
 def valid_port(raw: str | None) -> int:
@@ -168,9 +180,19 @@ def valid_path(raw: str | None) -> str:
 
 
 def command(
-    *, port: int, scheme: str, path: str, names: tuple[str, ...], exact: bool = False
+    *,
+    port: int,
+    scheme: str,
+    path: str,
+    names: tuple[str, ...],
+    exact: bool = False,
+    twice: bool = False,
 ) -> list[str]:
     """The exec command (an argv, never a shell line); ``exact``: also read the engine's
-    request-level count (``GET /load`` on the same port, after the metrics)."""
-    mode = "exact" if exact else "plain"
+    request-level count (``GET /load`` on the same port, after the metrics); ``twice``
+    (with ``exact`` only): read it all twice, ``TWICE_SPACING_S`` apart, each read's block
+    ending in its own ``#end``."""
+    if twice and not exact:
+        raise ValueError("a double read is for the exact count only")
+    mode = "exact2" if twice else "exact" if exact else "plain"
     return ["python3", "-c", SCRIPT, str(port), scheme, path, mode, *names]

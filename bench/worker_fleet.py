@@ -404,6 +404,7 @@ async def one_fleet(
     outcomes = {"completed": 0, "aborted": 0, "other": 0}
     idle_lags: list[float] = []
     del_lags: list[float] = []  # idle -> the victim's delete done (the timeline's Settling)
+    tails: dict[str, list[float]] = {"withdrawing": [], "draining": [], "deleting": []}
     other_kinds: dict[str, int] = {}
     for md, st in zip(names, states, strict=True):
         if isinstance(st, BaseException):
@@ -432,6 +433,14 @@ async def one_fleet(
         settled = [at for phase, at in tl if phase == Phase.SETTLING]
         if settled and md in busy.idle_at:
             del_lags.append(settled[0].timestamp() - busy.idle_at[md])
+            at = {phase: when.timestamp() for phase, when in tl}
+            idle = busy.idle_at[md]
+            if Phase.DRAINING in at and Phase.DELETING in at:
+                # Where the time after the engine went idle went, phase by phase (a phase
+                # that began before the idle moment counts from it).
+                tails["withdrawing"].append(max(0.0, at[Phase.DRAINING] - idle))
+                tails["draining"].append(at[Phase.DELETING] - max(idle, at[Phase.DRAINING]))
+                tails["deleting"].append(at[Phase.SETTLING] - at[Phase.DELETING])
     d_api = diff(api1, api0)
     execs = sum(v for (verb, res, sub), v in d_api.items() if res == "pods" and sub == "exec")
     say(f"N={n}: deleting the fleet")
@@ -449,6 +458,7 @@ async def one_fleet(
         "idle_p99": pct(idle_lags, 99),
         "del_p50": pct(del_lags, 50),
         "del_p99": pct(del_lags, 99),
+        "tails_p50": {k: pct(v, 50) for k, v in tails.items()},
         "exact": exact,
         "act_p50_ms": pct(act_lags, 50) * 1000,
         "act_p99_ms": pct(act_lags, 99) * 1000,
@@ -561,6 +571,9 @@ def report(results: list[dict[str, Any]]) -> None:
         )
     )
     for r in results:
+        if r.get("tails_p50"):
+            parts = ", ".join(f"{k} {v:.1f} s" for k, v in r["tails_p50"].items())
+            print(f"  N={r['n']}: after the engine went idle, p50 per phase: {parts}")
         if r["other_kinds"] or r["busy_errors"]:
             print(f"  N={r['n']}: {r['other_kinds']} held-request errors {r['busy_errors']}")
     print(

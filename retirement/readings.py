@@ -147,6 +147,38 @@ def _number(text: str) -> float | None:
 _COUNT = re.compile(r"0|[1-9][0-9]{0,8}")
 
 
+def parse_oneshot_reads(
+    *, engine: str, stdout: str, version: str = "", exact: bool = False, reads: int = 1
+) -> list[Sample]:
+    """Judge the output of a one-shot that read ``reads`` times in one process (each read
+    a block ending in its own ``#end``): one Sample per read, in order.  A block cut short
+    (an ``#error`` line, no ``#end``, the process stopped) and every read after it are
+    UNKNOWN; output past the last block is malformed, and makes every read UNKNOWN."""
+    blocks: list[str] = []
+    current: list[str] = []
+    for line in stdout.split("\n"):
+        if not line:
+            continue
+        current.append(line)
+        if line == "#end":
+            blocks.append("\n".join(current) + "\n")
+            current = []
+    if len(blocks) > reads or (current and len(blocks) == reads):
+        return [unknown(f"output past its {reads} read(s)")] * reads
+    samples = [
+        parse_oneshot_output(engine=engine, stdout=b, version=version, exact=exact) for b in blocks
+    ]
+    if current:
+        samples.append(
+            parse_oneshot_output(
+                engine=engine, stdout="\n".join(current), version=version, exact=exact
+            )
+        )
+    while len(samples) < reads:
+        samples.append(unknown("output incomplete (read not made)"))
+    return samples
+
+
 def parse_oneshot_output(
     *, engine: str, stdout: str, version: str = "", exact: bool = False
 ) -> Sample:

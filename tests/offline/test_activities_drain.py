@@ -926,20 +926,56 @@ def test_a_verdict_reached_despite_a_late_start_is_not_annotated() -> None:
 # ---------------------------------------------------------------- the exact count
 
 
-def exact(n: int, counters: tuple[float, float] = (5, 7)) -> ExecResult:
-    """A read whose gauges are idle and whose front end holds ``n`` requests."""
-    return ExecResult(stdout=oneshot_stdout(counters=counters, exact=n), exit_code=0)
+def exact(*counts: int, counters: tuple[float, float] = (5, 7)) -> Callable[[list[str]], Any]:
+    """One exec of reads whose gauges are idle and whose front end holds ``counts[i]``
+    requests at read i, as the one-shot prints them: mode ``exact`` one read, ``exact2``
+    two (one count given: the same at both)."""
+
+    def run(argv: list[str]) -> ExecResult:
+        mode = argv[6]
+        n = {"exact": 1, "exact2": 2}[mode]
+        each = counts if len(counts) == n else counts[:1] * n
+        out = "".join(oneshot_stdout(counters=counters, exact=c) for c in each)
+        return ExecResult(stdout=out, exit_code=0)
+
+    return run
 
 
-def test_a_member_counting_exactly_is_read_with_its_count() -> None:
+def test_a_member_counting_exactly_is_read_with_its_count_twice_in_one_exec() -> None:
+    """With the count, the proof's two reads are one exec (``exact2``: the one-shot reads,
+    waits ``TWICE_SPACING_S``, reads again): an idle engine verifies on one exec."""
     kube, target = admitted(single(args=["--enable-server-load-tracking"]))
     [m] = target.members
     assert m.exact_load
     kube.script_exec("llm-1", exact(0))
     obs = drain(kube, target)
     assert obs.verdict is Verdict.VERIFIED
-    assert kube.called("exec_pod")[0].args["argv"][6] == "exact"
+    assert [c.args["argv"][6] for c in kube.called("exec_pod")] == ["exact2"]
     assert obs.readings["llm-1"] == "in_flight=0 exact=0 counters=5,7"
+
+
+def test_a_request_between_the_two_reads_of_one_exec_undoes_the_first() -> None:
+    """Idle at the first read, one request at the second: not verified; the next exec's two
+    idle reads are the proof."""
+    kube, target = admitted(single(args=["--enable-server-load-tracking"]))
+    kube.script_exec("llm-1", exact(0, 1), exact(0, 0))
+    obs = drain(kube, target)
+    assert obs.verdict is Verdict.VERIFIED
+    assert len(kube.called("exec_pod")) == 2
+
+
+def test_a_double_read_cut_after_its_first_read_is_not_idle() -> None:
+    """The one-shot printed its first read and stopped (an error, a timeout): the second
+    read is UNKNOWN, and one idle read is never the proof."""
+    kube, target = admitted(single(args=["--enable-server-load-tracking"]))
+    cut = ExecResult(
+        stdout=oneshot_stdout(counters=(5, 7), exact=0) + "#error\tGET failed: /load: timeout\n",
+        exit_code=0,
+    )
+    kube.script_exec("llm-1", cut)
+    obs = drain(kube, target, seconds=0.3)
+    assert obs.verdict is Verdict.UNKNOWN
+    assert "GET failed" in obs.reason, obs.reason
 
 
 def test_a_request_in_the_front_end_keeps_the_drain_from_verifying() -> None:
@@ -947,11 +983,11 @@ def test_a_request_in_the_front_end_keeps_the_drain_from_verifying() -> None:
     its last streamed bytes), and the counters need not move: the gauge rule alone reads
     idle twice.  The exact count holds the drain until the front end is empty too."""
     kube, target = admitted(single(args=["--enable-server-load-tracking"]))
-    kube.script_exec("llm-1", exact(1), exact(1), exact(1), exact(0), exact(0))
+    kube.script_exec("llm-1", exact(1), exact(1, 0), exact(0))
     beats: list[Any] = []
     obs = drain(kube, target, heartbeats=beats)
-    assert obs.verdict is Verdict.VERIFIED and obs.polls == 5
-    assert beats[1].readings["llm-1"] == "in_flight=0 exact=1 counters=5,7"
+    assert obs.verdict is Verdict.VERIFIED and obs.polls == 3
+    assert beats[0].readings["llm-1"] == "in_flight=0 exact=1 counters=5,7"
     # The same engine read by the gauge rule alone (no count asked for: the flag off)
     # verifies on its first two reads, the request still in its front end.
     kube, plain = admitted()

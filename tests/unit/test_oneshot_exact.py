@@ -8,13 +8,14 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from activities.oneshot import command
-from retirement.readings import SERIES, parse_oneshot_output
+from activities.oneshot import TWICE_SPACING_S, command
+from retirement.readings import SERIES, parse_oneshot_output, parse_oneshot_reads
 from tests.helpers.fake_kube import oneshot_stdout
 
 METRICS = "".join(f'{name}{{engine="0"}} 0.0\n' for name in SERIES["vLLM"].all).encode()
@@ -91,3 +92,56 @@ def test_an_answer_that_is_not_a_count_reads_unknown(
     s = parse_oneshot_output(engine="vLLM", stdout=read(port), exact=True)
     assert not s.complete and not s.idle, s
     assert "/load" in s.reason or "cap" in s.reason, s.reason
+
+
+def read_twice(port: int) -> tuple[str, float]:
+    argv = command(
+        port=port, scheme="http", path="/metrics", names=SERIES["vLLM"].all, exact=True, twice=True
+    )
+    argv[0] = sys.executable
+    started = time.monotonic()
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=True).stdout
+    return out, time.monotonic() - started
+
+
+def test_the_double_read_reads_everything_twice_spaced_in_one_process(
+    server: tuple[int, Answers],
+) -> None:
+    port, answers = server
+    out, took = read_twice(port)
+    assert answers.paths == ["/metrics", "/load", "/metrics", "/load"]
+    assert out == oneshot_stdout(exact=0) * 2
+    assert took >= TWICE_SPACING_S
+    reads = parse_oneshot_reads(engine="vLLM", stdout=out, exact=True, reads=2)
+    assert [(s.complete, s.exact) for s in reads] == [(True, 0), (True, 0)]
+
+
+def test_a_double_read_whose_second_count_fails_keeps_its_first() -> None:
+    one = oneshot_stdout(exact=0)
+    reads = parse_oneshot_reads(
+        engine="vLLM", stdout=one + "#error\tGET /load answered no count\n", exact=True, reads=2
+    )
+    assert reads[0].complete and reads[0].exact == 0
+    assert not reads[1].complete and "no count" in reads[1].reason
+
+
+@pytest.mark.parametrize(
+    ("stdout", "why"),
+    [
+        ("", "incomplete"),  # nothing printed (killed before its first read)
+        (oneshot_stdout(exact=0)[: -len("#end\n")], "incomplete"),  # cut inside the first
+        (oneshot_stdout(exact=0) * 3, "past its 2"),  # more reads than asked for
+        (oneshot_stdout(exact=0) * 2 + "x\t1\n", "past its 2"),  # output after the last
+    ],
+)
+def test_a_double_read_that_is_not_two_whole_reads_is_unknown_where_it_is_not(
+    stdout: str, why: str
+) -> None:
+    reads = parse_oneshot_reads(engine="vLLM", stdout=stdout, exact=True, reads=2)
+    assert len(reads) == 2 and not reads[1].complete
+    assert any(why in s.reason for s in reads), reads
+
+
+def test_a_double_read_is_for_the_exact_count_only() -> None:
+    with pytest.raises(ValueError):
+        command(port=1, scheme="http", path="/metrics", names=("a",), twice=True)
