@@ -568,7 +568,6 @@ CLI_ARGS: list[Case] = [
     Case("abort-nul-reason", ["abort", "demo/llm", "--reason", "stop\x01"]),
     Case("abort-newline-reason", ["abort", "demo/llm", "--reason", "a\nb"]),
     Case("abort-long-reason", ["abort", "demo/llm", "--reason", "x" * 257]),
-    Case("retry-no-token", ["retry", "demo/llm"]),
     Case("retry-empty-token", ["retry", "demo/llm", "--token", ""]),
     Case("retry-dash-token", ["retry", "demo/llm", "--token=-x"]),
     Case("retry-space-token", ["retry", "demo/llm", "--token", "a b"]),
