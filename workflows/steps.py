@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from retirement.phases import Phase, Verdict, abortable
     from retirement.protocol import (
+        ABANDON_AFTER,
         Admitted,
         Answered,
         Deleted,
@@ -53,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         freshness_bound,
         hold_ends,
         interrupted,
+        settled,
     )
     from workflows.options import (
         ADMIT,
@@ -83,6 +85,37 @@ SUMMARY: dict[Phase, str] = {
     Phase.DRAINING: "read the engines' in-flight metrics until idle twice",
     Phase.SETTLING: "wait until the Pods are gone and the capacity released",
 }
+
+
+def backstop_summary(phase: Phase) -> str:
+    """The name of the workflow's backstop timer on ``phase``'s activity (the UI's timer)."""
+    return (
+        f"{phase}: backstop, stop {PHASE_ACTIVITY[phase].__name__} if it outlives its "
+        "ScheduleToClose timeout (phase deadline + grace)"
+    )
+
+
+def rerun_summary(phase: Phase) -> str:
+    """The name of the timer before ``phase``'s activity runs again (its last read was
+    UNKNOWN; an abort, cancellation or cancel-intent cuts it short)."""
+    name = PHASE_ACTIVITY[phase].__name__ if phase in PHASE_ACTIVITY else str(phase)
+    return f"{phase}: wait, then run {name} again (last read UNKNOWN, before the phase deadline)"
+
+
+def hold_summary(s: RetirementState) -> str:
+    """The name of a held retirement's timer: what is due when it fires (members to put
+    back, routers to read again, the abandon bound of a hold asked to end)."""
+    due: list[str] = []
+    if s.unrestored:
+        due.append(f"put back {', '.join(sorted(s.unrestored))} again")
+    if s.confirm_at:
+        due.append("read the routers again (a member confirmed back by time)")
+    if s.cancel_intent is not None and s.end_asked_at is not None and not settled(s):
+        due.append(
+            f"abandon if still not back {ABANDON_AFTER.total_seconds() / 60:.0f} min "
+            "after the hold was asked to end"
+        )
+    return "held: " + ("; ".join(due) or "look at the held members again")
 
 
 #: Timeouts that can strike an activity that never started (it waited in the task queue).
@@ -177,7 +210,10 @@ class Steps:
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
         done = await self._until_done(
-            handle, interruptible=abortable(phase), timeout=remaining + GRACE + BACKSTOP
+            handle,
+            interruptible=abortable(phase),
+            timeout=remaining + GRACE + BACKSTOP,
+            timeout_summary=backstop_summary(phase),
         )
         now = workflow.now()
         if not done:
@@ -209,12 +245,15 @@ class Steps:
 
     async def wait_until(self, until: datetime) -> Event:
         """A durable timer that an interruption cuts short."""
+        summary = rerun_summary(self._state().phase)
         while True:
             left = until - workflow.now()
             if left <= timedelta(0):
                 break
             try:
-                await workflow.wait_condition(lambda: interrupted(self._state()), timeout=left)
+                await workflow.wait_condition(
+                    lambda: interrupted(self._state()), timeout=left, timeout_summary=summary
+                )
                 break
             except TimeoutError:
                 break
@@ -322,10 +361,13 @@ class Steps:
     async def hold(self, recheck_at: datetime | None) -> Event:
         """Held until something ends the hold, or until ``recheck_at`` (members still to
         put back); with nothing to recheck there is no timer at all."""
+        summary = hold_summary(self._state())
         while True:
             timeout = None if recheck_at is None else max(recheck_at - workflow.now(), timedelta(0))
             try:
-                await workflow.wait_condition(lambda: hold_ends(self._state()), timeout=timeout)
+                await workflow.wait_condition(
+                    lambda: hold_ends(self._state()), timeout=timeout, timeout_summary=summary
+                )
             except asyncio.CancelledError:
                 self._on_cancel()
                 continue
@@ -355,6 +397,7 @@ class Steps:
         *,
         interruptible: bool,
         timeout: timedelta | None,
+        timeout_summary: str | None = None,
     ) -> bool:
         """Wait for ``handle``; True when it finished by itself.  False when it was
         cancelled (an interruption, or ``timeout``) and has stopped."""
@@ -363,6 +406,7 @@ class Steps:
                 await workflow.wait_condition(
                     lambda: handle.done() or (interruptible and interrupted(self._state())),
                     timeout=timeout,
+                    timeout_summary=timeout_summary,
                 )
             except asyncio.CancelledError:
                 self._on_cancel()
