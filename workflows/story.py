@@ -12,6 +12,7 @@ from datetime import datetime
 from retirement.drain import MAX_READ_SPACING_S
 from retirement.models import RetirementRequest, RetirementState
 from retirement.phases import Outcome
+from retirement.protocol import abort_refusal
 
 
 def summary(req: RetirementRequest) -> str:
@@ -65,20 +66,62 @@ def current(s: RetirementState, now: datetime) -> str:
         )
     if s.reason:
         lines.append(f"**Last** {s.reason}")
-    ref = f"{s.request.namespace}/{s.request.deployment}"
-    if s.outcome is Outcome.RUNNING:
-        lines.append(f"Abort: `retire abort {ref} --reason ...` or the `abort` update/signal")
-    elif s.outcome is Outcome.ABORTED:
-        lines.append(
-            f"Held, replica kept and serving. Retry: `retire retry {ref} --token T`, "
-            "the `retry` update/signal, or the retirement-retry annotation. Keep the "
-            f"replica and end the hold: `retire cancel-intent {ref}` (the `cancel_intent` "
-            "signal), or scale the spec back up; it ends once every member is back. "
-            "Cancelling the workflow keeps it held"
-        )
-    elif s.outcome is Outcome.ABANDONED:
-        lines.append(
-            "Ended with members out of service (listed above): put them back by hand "
-            "after checking they serve, or restart their Pods"
-        )
+    lines += actions(s)
     return "\n\n".join(lines)
+
+
+#: What a person can do in each situation, in the runbook's words and commands
+#: (docs/runbook.md, "Act"; a test holds them to it).  ``<ns>``, ``<md>``, ``<role>``,
+#: ``<ordinal>`` and ``<pod>`` are filled in; the token and the reason are examples.
+ABORT = (
+    'Abort (keep the replica): `retire abort <ns>/<md> --reason "…"`, the `abort` update '
+    'or signal with `{"reason":"…"}`, or the UI\'s *Request cancellation* (it aborts the same '
+    "way and holds)"
+)
+RETRY = (
+    "Held, replica kept and serving. Retry: `retire retry <ns>/<md> --token T`, the `retry` "
+    'update or signal with `{"token":"<new>"}`, or `kubectl annotate modeldeployment <md> '
+    "-n <ns> modeldeployment.gpustack.ai/retirement-retry=<role>:<ordinal>:T --overwrite` "
+    "(a new token for every retry: a fresh attempt, fresh budgets)"
+)
+END_HOLD = (
+    "End the hold, keep the replica (it ends once every member is back): "
+    '`retire cancel-intent <ns>/<md>`, the `cancel_intent` signal with `{"reason":"…"}`, '
+    "or scale the spec back up. A cancellation (the UI's *Request cancellation*) does not "
+    "end it: it keeps it held"
+)
+NO_TERMINATE = "Do not terminate it: termination skips the restore"
+ABANDONED = (
+    "Ended with members out of service (listed above): put them back by hand after "
+    "checking they serve (the engine answers a completion): "
+)
+RELABEL = "`kubectl label pod <pod> -n <ns> modeldeployment.gpustack.ai/endpoint-eligible=true`"
+
+
+def fill(template: str, s: RetirementState, *, pod: str = "<pod>") -> str:
+    """``template`` with this retirement's names in place of the runbook's placeholders."""
+    r = s.request
+    for placeholder, value in (
+        ("<ns>", r.namespace),
+        ("<md>", r.deployment),
+        ("<role>", r.role),
+        ("<ordinal>", str(r.ordinal)),
+        ("<pod>", pod),
+    ):
+        template = template.replace(placeholder, value)
+    return template
+
+
+def actions(s: RetirementState) -> list[str]:
+    """How to act on the retirement as it stands (the runbook's actions for the case)."""
+    if s.outcome is Outcome.RUNNING:
+        refusal = abort_refusal(s)
+        why = refusal.removeprefix("abort refused: ")
+        first = f"No abort now: {why}" if refusal else fill(ABORT, s)
+        return [first, NO_TERMINATE]
+    if s.outcome is Outcome.ABORTED:
+        return [fill(RETRY, s), fill(END_HOLD, s), NO_TERMINATE]
+    if s.outcome is Outcome.ABANDONED:
+        pods = sorted(s.unrestored) or ["<pod>"]
+        return [ABANDONED + ", ".join(fill(RELABEL, s, pod=p) for p in pods)]
+    return []
