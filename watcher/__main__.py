@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
+import math
 import os
 import signal
 import socket
 import sys
 import threading
 import uuid
+from typing import NoReturn
 
 from kubernetes import config as kconfig
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+from pydantic import ValidationError
 
 from connection.client import connect_retrying
 from connection.errors import ConnectionConfigError
@@ -31,21 +35,41 @@ from connection.settings import resolve
 from kube.client import Kube
 from retirement.budgets import Budgets
 from retirement.models import RouterlessPolicy
+from retirement.text import is_decimal
 from watcher.controller import Controller
 from watcher.informer import KubeSource
 from watcher.metrics import Health, WatcherMetrics, serve_health
 from watcher.reconcile import Reconciler, WatcherSettings
 
 log = logging.getLogger("retire-watcher")
+PROG = "retire-watcher"
+#: The log levels of ``--log-level`` (and ``RETIRE_LOG_LEVEL``, as the worker's).
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_LEVEL_ENV = "RETIRE_LOG_LEVEL"
+#: Every log line names its level: an operator greps for WARNING and ERROR.
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line on stderr (exit 2, as argparse's): a
+    daemon's log is read line by line, and the usage block would bury the reason."""
+
+    def error(self, message: str) -> NoReturn:
+        text = " ".join(message.split())
+        self.exit(2, f"{self.prog}: error: {text} (see --help)\n")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    """Flags (defaults from the environment)."""
+    """Flags (defaults from the environment); a bad value exits 2 with one line naming it."""
     env = os.environ
-    p = argparse.ArgumentParser(prog="retire-watcher", description=__doc__)
+    p = _Parser(prog=PROG, description=__doc__)
     add_connection_flags(p)
     add_task_queue_flag(p, environ=env)
-    p.add_argument("--kubeconfig", default=env.get("KUBECONFIG") or None)
+    p.add_argument(
+        "--kubeconfig",
+        default=env.get("KUBECONFIG") or None,
+        help="kubeconfig file (KUBECONFIG; default: in-cluster configuration)",
+    )
     p.add_argument(
         "--watch-namespace",
         action="append",
@@ -65,40 +89,127 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--budgets", default="{}", help="JSON budgets for started retirements")
     p.add_argument("--routerless-policy", default="hold", choices=["hold", "quiet-window"])
     p.add_argument("--quiet-window", type=float, default=10.0)
-    p.add_argument("--health-address", default="127.0.0.1:0")
+    p.add_argument(
+        "--health-address",
+        default="127.0.0.1:0",
+        metavar="HOST:PORT",
+        help="serve /healthz, /readyz and /metrics here (port 0: any free port; "
+        "default 127.0.0.1:0)",
+    )
     p.add_argument("--leader-elect", action="store_true")
     p.add_argument("--lease-namespace", default="default")
     p.add_argument("--lease-name", default="retire-watcher")
     p.add_argument("--lease-seconds", type=int, default=15)
     p.add_argument("--identity", default=f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}")
+    p.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=LOG_LEVELS,
+        help=f"the least severe log lines written ({LOG_LEVEL_ENV}; default info)",
+    )
     a = p.parse_args(argv)
-    if a.resync <= 0 or a.refresh <= 0 or a.workers < 1 or a.lease_seconds < 3:
+    for flag, value in (("--resync", a.resync), ("--refresh", a.refresh)):
+        if not (math.isfinite(value) and value > 0):
+            p.error(f"{flag} {value:g}: must be a positive number of seconds")
+    if not (math.isfinite(a.quiet_window) and a.quiet_window >= 0):
+        p.error(f"--quiet-window {a.quiet_window:g}: must be a number of seconds, 0 or more")
+    if a.workers < 1:
+        p.error(f"--workers {a.workers}: must be at least 1")
+    if a.lease_seconds < 3:
+        p.error(f"--lease-seconds {a.lease_seconds}: must be at least 3")
+    if _health_address(a.health_address) is None:
         p.error(
-            "--resync and --refresh must be positive, --workers at least 1 and "
-            "--lease-seconds at least 3"
+            f"--health-address {a.health_address!r}: not HOST:PORT "
+            "(a host, a colon, a port 0-65535)"
         )
+    if not a.task_queue.strip():
+        p.error("--task-queue (or RETIRE_TASK_QUEUE) is empty")
+    if a.log_level is None:
+        given = env.get(LOG_LEVEL_ENV) or "info"
+        if given.lower() not in LOG_LEVELS:
+            p.error(f"{LOG_LEVEL_ENV}={given!r} (--log-level): choose from {', '.join(LOG_LEVELS)}")
+        a.log_level = given.lower()
     return a
 
 
+def _health_address(text: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` as (host, port), an empty host meaning 127.0.0.1; None if malformed."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not is_decimal(port) or int(port) > 65535:
+        return None
+    return host or "127.0.0.1", int(port)
+
+
+def _one_line(error: BaseException, limit: int = 400) -> str:
+    """An exception's message on one line (YAML and pydantic messages span several)."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _budgets_error(error: ValidationError) -> str:
+    """pydantic's errors as ``field: reason; ...`` (its text spans lines and links docs)."""
+    parts = []
+    for e in error.errors():
+        where = ".".join(str(x) for x in e["loc"])
+        parts.append(f"{where}: {e['msg']}" if where else e["msg"])
+    return _one_line(ValueError("; ".join(parts)))
+
+
+def _kube_error(kubeconfig: str | None, error: BaseException) -> str:
+    """Why the Kubernetes configuration cannot be loaded, naming where it was looked for."""
+    if kubeconfig:
+        return f"--kubeconfig (or KUBECONFIG) {kubeconfig}: cannot load it: {_one_line(error)}"
+    return f"no --kubeconfig (or KUBECONFIG) and no in-cluster configuration: {_one_line(error)}"
+
+
+def _fail(code: int, message: str) -> int:
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def _end(code: int) -> NoReturn:
+    """End the process without the interpreter's finalization, as the worker does
+    (``worker.__main__._end``): a Temporal SDK call still completing on the SDK's own
+    thread (a visibility query when SIGTERM came; the elected thread's loop) would take
+    the GIL during finalization and abort the process (SIGABRT)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    """Entry point: 2 for a bad setting (one line naming it); once serving, the process
+    ends here (``_end``): 0 after SIGTERM/SIGINT."""
     a = parse(argv)
+    logging.basicConfig(level=a.log_level.upper(), format=LOG_FORMAT, force=True)
     try:
         connection = resolve(ConnectionFlags.from_args(a), environ=os.environ)
     except ConnectionConfigError as e:
-        print(f"retire-watcher: {e}", file=sys.stderr)
-        return 2
+        return _fail(2, str(e))
     try:
         budgets = Budgets.model_validate_json(a.budgets)
-    except ValueError as e:
-        print(f"retire-watcher: --budgets: {e}", file=sys.stderr)
-        return 2
-    kube = Kube.from_config(kubeconfig=a.kubeconfig)
+    except ValidationError as e:
+        return _fail(2, f"--budgets: {_budgets_error(e)}")
+    try:
+        kube = Kube.from_config(kubeconfig=a.kubeconfig)
+        if a.leader_elect:
+            # The Lease lock talks through the client's default configuration: load it too.
+            if a.kubeconfig:
+                kconfig.load_kube_config(config_file=a.kubeconfig)
+            else:
+                kconfig.load_incluster_config()
+    except Exception as e:  # a missing file, bad YAML, not a kubeconfig, no cluster env
+        return _fail(2, _kube_error(a.kubeconfig, e))
     metrics, health = WatcherMetrics(), Health()
-    host, _, port = a.health_address.rpartition(":")
-    server = serve_health(metrics, health, host=host or "127.0.0.1", port=int(port or 0))
-    print(f"health http://{host or '127.0.0.1'}:{server.server_port}", flush=True)
+    host, port = _health_address(a.health_address) or ("127.0.0.1", 0)
+    try:
+        server = serve_health(metrics, health, host=host, port=port)
+    except (OSError, OverflowError) as e:  # in use, not an address of this host, unresolvable
+        return _fail(2, f"--health-address {a.health_address}: cannot listen there: {_one_line(e)}")
+    print(f"health http://{host}:{server.server_port}", flush=True)
+    log.debug("Temporal at %s", connection.describe())
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -138,13 +249,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if not a.leader_elect:
         lead()
-        return 0
+        _end(0)
     health.standby = True  # a standby is ready: it serves by waiting (until it leads)
-    # The Lease lock talks through the client's default configuration: load it first.
-    if a.kubeconfig:
-        kconfig.load_kube_config(config_file=a.kubeconfig)
-    else:
-        kconfig.load_incluster_config()
     lock = LeaseLock(a.lease_name, a.lease_namespace, a.identity)
     cfg = electionconfig.Config(
         lock,
@@ -156,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # lost the lease: exit, a standby takes over
     threading.Thread(target=leaderelection.LeaderElection(cfg).run, daemon=True).start()
     stop.wait()
-    return 0
+    _end(0)
 
 
 if __name__ == "__main__":

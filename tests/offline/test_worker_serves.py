@@ -31,7 +31,9 @@ def test_an_unknown_serve_from_the_environment_is_a_usage_error(
     with pytest.raises(SystemExit) as e:
         WorkerConfig.parse([], environ={"RETIRE_SERVE": "both"})
     assert e.value.code == 2
-    assert "--serve 'both': choose from all, workflows, activities" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "RETIRE_SERVE='both' (--serve): choose from all, workflows, activities" in err
+    assert len(err.splitlines()) == 1, err  # one line, no usage block
 
 
 @pytest.mark.parametrize("serves", [Serves.ALL, Serves.ACTIVITIES])
