@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Build the real control-plane binaries the test bed runs, once, into a cache outside the
 # repository keyed by version:  kube-apiserver + kube-controller-manager (k8s.io/kubernetes),
-# etcd (go.etcd.io/etcd/server/v3) and kwok (sigs.k8s.io/kwok); and fetches (builds nothing
-# from) Kueue's module sigs.k8s.io/kueue for its Workload CRD, which the bed installs.
+# etcd (go.etcd.io/etcd/server/v3) and kwok (sigs.k8s.io/kwok); fetches (builds nothing
+# from) Kueue's module sigs.k8s.io/kueue for its Workload CRD, which the bed installs; and
+# builds promtool (github.com/prometheus/prometheus/cmd/promtool), which checks and
+# unit-tests deploy/monitoring/alerts.yaml (tests/offline/test_alerts_promtool.py).
 #
 # Idempotent: a binary that is already cached is not rebuilt.  Progress goes to stdout.
+# Arguments: the steps to run (kwok kueue etcd k8s promtool), default all of them; with
+# `promtool` alone the binary's path is printed last.
 # Environment:
 #   RETIRE_CACHE   cache root (default: ${XDG_CACHE_HOME:-$HOME/.cache}/llm-retire)
+#   PROMETHEUS_VERSION  the Prometheus Go module's version (v0.3XX.Y tags Prometheus 3.XX.Y);
+#                  v0.316.0's go.mod asks for Go 1.26.7 (this machine has 1.26.8)
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-v1.36.3}
@@ -14,6 +20,7 @@ STAGING_VERSION=${STAGING_VERSION:-v0.36.3}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
+PROMETHEUS_VERSION=${PROMETHEUS_VERSION:-v0.316.0}
 
 CACHE=${RETIRE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/llm-retire}
 export GOMODCACHE=${GOMODCACHE:-$CACHE/gomod}
@@ -24,6 +31,7 @@ mkdir -p "$CACHE" "$GOMODCACHE" "$GOCACHE"
 K8S_BIN=$CACHE/k8s-$K8S_VERSION/bin
 ETCD_BIN=$CACHE/etcd-$ETCD_VERSION/bin
 KWOK_BIN=$CACHE/kwok-$KWOK_VERSION/bin
+PROMTOOL_BIN=$CACHE/promtool-$PROMETHEUS_VERSION/bin
 
 say() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
@@ -139,10 +147,36 @@ GO
   done
 }
 
+# promtool from the Prometheus module (its go.mod has no replace directives, so a plain
+# `go install module@version` builds it), into a scratch directory moved into place whole:
+# an interrupted build never leaves a binary that looks cached.
+build_promtool() {
+  [ -x "$PROMTOOL_BIN/promtool" ] && { say "promtool $PROMETHEUS_VERSION cached"; return; }
+  mkdir -p "$PROMTOOL_BIN"
+  local tmp
+  tmp=$(mktemp -d "$CACHE/promtool-build.XXXXXX")
+  if ! with_progress "promtool $PROMETHEUS_VERSION" env GOBIN="$tmp" go install -v -trimpath \
+      -ldflags "-s -w" "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"; then
+    rm -rf "$tmp"
+    return 1
+  fi
+  mv "$tmp/promtool" "$PROMTOOL_BIN/promtool"
+  rm -rf "$tmp"
+}
+
 start=$SECONDS
 say "cache: $CACHE"
-build_kwok
-fetch_kueue
-build_etcd
-build_k8s
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(kwok kueue etcd k8s promtool)
+for step in "${steps[@]}"; do
+  case $step in
+    kwok) build_kwok ;;
+    kueue) fetch_kueue ;;
+    etcd) build_etcd ;;
+    k8s) build_k8s ;;
+    promtool) build_promtool ;;
+    *) echo "build.sh: unknown step $step (kwok kueue etcd k8s promtool)" >&2; exit 2 ;;
+  esac
+done
 say "all binaries ready in $((SECONDS - start)) s"
+[ "${steps[*]}" != promtool ] || echo "$PROMTOOL_BIN/promtool"

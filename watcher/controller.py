@@ -8,7 +8,8 @@
   is remembered or its reconcile is under way, ``reads_every_label``).
 - The work queue (``watcher.workqueue``) de-duplicates keys, never reconciles one
   deployment twice at once, requeues a failed one with a back-off, and brings a refused
-  intent back when its back-off ends.
+  intent back when its back-off ends.  Each deployment whose last reconcile failed is
+  exported (``retire_watcher_deployment_failing``) until one succeeds.
 - ``workers`` coroutines reconcile one deployment each (``Reconciler.reconcile_key``),
   only after every informer has synced (a half-filled cache would read Pods as missing)
   and the running set has been read from visibility once (an empty set would read every
@@ -17,7 +18,8 @@
   queries all fail, the workers start without it: each reconcile then asks Temporal what
   it must (a retry annotation, a label to put on, a start).
 - Every ``refresh_s`` the running set is refreshed from Temporal's visibility (one paged
-  query, whatever the fleet's size), and the deployments whose retirement started or
+  query, whatever the fleet's size), the retirements it lists as holding are exported
+  (``retire_watcher_retirement_held``), and the deployments whose retirement started or
   ended are queued; every ``resync_s`` every deployment is queued (a safety net: the
   reconcile is level-based, so a missed event is repaired there).
 - Ready (``/readyz``) while every informer's last list or watch succeeded and the last
@@ -161,6 +163,7 @@ class Controller:
             finally:
                 self.queue.done(key)
             self.rec.metrics.queue_depth.set(len(self.queue))
+            self.rec.metrics.reconciled(f"{key[0]}/{key[1]}", failed=bool(result.failed))
             if result.failed:
                 self.queue.add_rate_limited(key)
                 self.unreachable_streak += result.unreachable
@@ -188,6 +191,7 @@ class Controller:
                     first.set()
             else:
                 first.set()
+                self.rec.metrics.show_held(f"{ns}/{name}" for ns, name in self.rec.running.held)
                 for key in changed:
                     self.queue.add(key)
                 if self.unreachable_streak == 0 and all(i.healthy for i in self.informers):

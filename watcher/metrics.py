@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -16,19 +17,26 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 class WatcherMetrics:
     """Intents seen, started, refused by reason, pending, backing off; watch restarts and
     events; reconciles and their duration; Temporal RPCs by call; the queue's depth;
-    deployments whose reconcile failed (by error type); the last healthy pass; terminated
-    retirements read (by what they left unlabelled)."""
+    deployments whose reconcile failed (by error type), and each deployment whose last
+    reconcile failed; the last healthy pass; terminated retirements read (by what they left
+    unlabelled); the retirements that hold now, by deployment (from Temporal's visibility).
+
+    Every counter's name ends in ``_total`` (prometheus_client serves it under that name).
+    The per-deployment gauges ``failing`` and ``held`` carry only the deployments that
+    fail or hold now: a series is removed, never left at 0 or 1, once that stops."""
 
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
     def __post_init__(self) -> None:
         r = self.registry
-        self.intents_seen = Counter("retire_watcher_intents_seen", "Intents derived", registry=r)
+        self.intents_seen = Counter(
+            "retire_watcher_intents_seen_total", "Intents derived", registry=r
+        )
         self.started = Counter(
-            "retire_watcher_retirements_started", "Retirements started", registry=r
+            "retire_watcher_retirements_started_total", "Retirements started", registry=r
         )
         self.refused = Counter(
-            "retire_watcher_starts_refused", "Starts refused", ["reason"], registry=r
+            "retire_watcher_starts_refused_total", "Starts refused", ["reason"], registry=r
         )
         self.pending = Gauge(
             "retire_watcher_intents_pending",
@@ -37,10 +45,13 @@ class WatcherMetrics:
             registry=r,
         )
         self.watch_restarts = Counter(
-            "retire_watcher_watch_restarts", "Watch restarts", ["resource"], registry=r
+            "retire_watcher_watch_restarts_total", "Watch restarts", ["resource"], registry=r
         )
         self.labels_set = Counter(
-            "retire_watcher_eligibility_changes", "Eligibility label changes", ["value"], registry=r
+            "retire_watcher_eligibility_changes_total",
+            "Eligibility label changes",
+            ["value"],
+            registry=r,
         )
         self.reconcile_seconds = Histogram(
             "retire_watcher_reconcile_seconds",
@@ -49,13 +60,16 @@ class WatcherMetrics:
             registry=r,
         )
         self.reconciles = Counter(
-            "retire_watcher_reconciles", "Deployments reconciled successfully", registry=r
+            "retire_watcher_reconciles_total", "Deployments reconciled successfully", registry=r
         )
         self.temporal_calls = Counter(
-            "retire_watcher_temporal_calls", "Temporal RPCs made, by call", ["call"], registry=r
+            "retire_watcher_temporal_calls_total",
+            "Temporal RPCs made, by call",
+            ["call"],
+            registry=r,
         )
         self.watch_events = Counter(
-            "retire_watcher_watch_events",
+            "retire_watcher_watch_events_total",
             "Watch events applied to the cache, by resource",
             ["resource"],
             registry=r,
@@ -70,7 +84,7 @@ class WatcherMetrics:
             registry=r,
         )
         self.reconcile_errors = Counter(
-            "retire_watcher_reconcile_errors",
+            "retire_watcher_reconcile_errors_total",
             "Deployments whose reconcile failed, by error type",
             ["error"],
             registry=r,
@@ -82,7 +96,7 @@ class WatcherMetrics:
         )
         self.leader = Gauge("retire_watcher_is_leader", "1 while this watcher leads", registry=r)
         self.terminated = Counter(
-            "retire_watcher_retirements_terminated",
+            "retire_watcher_retirements_terminated_total",
             "Retirements read as terminated (restore skipped), by the admitted members left "
             "without the eligibility label: none, single (the watcher relabels them), group "
             "(a person must act)",
@@ -91,6 +105,40 @@ class WatcherMetrics:
         )
         for left in ("none", "single", "group"):  # every series from 0: increase() sees the 1st
             self.terminated.labels(left_unlabelled=left)
+        self.failing = Gauge(
+            "retire_watcher_deployment_failing",
+            "1 while the deployment's last reconcile failed (the series is removed once one "
+            "succeeds)",
+            ["deployment"],
+            registry=r,
+        )
+        self.held = Gauge(
+            "retire_watcher_retirement_held",
+            "1 while the deployment's retirement holds (aborted, the replica kept), read from "
+            "Temporal's visibility (the series is removed once it no longer holds)",
+            ["deployment"],
+            registry=r,
+        )
+        self._held: set[str] = set()
+
+    def reconciled(self, deployment: str, *, failed: bool) -> None:
+        """The reconcile of ``deployment`` (``ns/name``) ended, ``failed`` or not."""
+        if failed:
+            self.failing.labels(deployment=deployment).set(1)
+        else:
+            with contextlib.suppress(KeyError):  # no series: it did not fail
+                self.failing.remove(deployment)
+
+    def show_held(self, deployments: Iterable[str]) -> None:
+        """The deployments (``ns/name``) whose retirement holds now: 1 each; the series of
+        one that held at the last call and holds no longer is removed."""
+        now = set(deployments)
+        for gone in self._held - now:
+            with contextlib.suppress(KeyError):
+                self.held.remove(gone)
+        for dep in now:
+            self.held.labels(deployment=dep).set(1)
+        self._held = now
 
 
 @dataclass

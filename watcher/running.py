@@ -9,16 +9,26 @@ side of looking: a retirement the watcher just started counts as running at once
 (``started``); one that disappeared from the list is kept as ``ended`` until the
 deployment's reconcile has described it (it may still be running, or have ended refused:
 each ended run is read once).
+
+The same listing says which of them hold (``held``): a running retirement whose
+``RetirementOutcome`` search attribute is ``Aborted`` (the workflow upserts it on every
+outcome change, ``workflows/mirror.py``).  The watcher exports them
+(``retire_watcher_retirement_held{deployment}``, ``watcher.metrics``): one source for the
+whole fleet, whichever worker ran the workflow's last task, and a retirement that ended
+or was terminated drops out of the listing, so out of the series, at the next refresh.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from temporalio.client import Client
 
+from retirement.phases import Outcome
 from watcher.fleet import Key
+from workflows.mirror import SA_OUTCOME
 
 #: The workflow type every retirement runs as.
 WORKFLOW_TYPE = "Retirement"
@@ -34,6 +44,13 @@ def deployment_of(workflow_id: str) -> Key | None:
     return ns, name
 
 
+def holds(listed: Any) -> bool:
+    """Whether a listed running retirement holds: its ``RetirementOutcome`` search
+    attribute reads ``Aborted`` (an entry without search attributes does not)."""
+    attrs = getattr(listed, "typed_search_attributes", None)
+    return attrs is not None and attrs.get(SA_OUTCOME) == Outcome.ABORTED.value
+
+
 @dataclass
 class RunningSet:
     """Running retirements by deployment, and those seen ending but not yet read."""
@@ -41,6 +58,8 @@ class RunningSet:
     namespaces: frozenset[str] | None = None  # None: every namespace
     running: dict[Key, str] = field(default_factory=dict)  # deployment -> workflow ID
     ended: set[Key] = field(default_factory=set)
+    #: The running retirements whose last listing said they hold (outcome Aborted).
+    held: set[Key] = field(default_factory=set)
     refreshes: int = field(default=0, init=False)
 
     def mine(self, key: Key) -> bool:
@@ -52,18 +71,20 @@ class RunningSet:
         only then does its reconcile ask Temporal."""
         return key in self.running or key in self.ended
 
-    def replace(self, listed: Iterable[str]) -> set[Key]:
-        """A fresh visibility listing of running workflow IDs; the deployments whose
-        running retirement appeared or disappeared."""
+    def replace(self, listed: Iterable[str], held: Iterable[str] = ()) -> set[Key]:
+        """A fresh visibility listing of running workflow IDs (``held``: those of them
+        that hold); the deployments whose running retirement appeared or disappeared."""
         now: dict[Key, str] = {}
         for wid in listed:
             key = deployment_of(wid)
             if key is not None and self.mine(key):
                 now[key] = wid
+        holding = {deployment_of(wid) for wid in held}
         gone = set(self.running) - set(now)
         self.ended |= gone
         changed = gone | (set(now) - set(self.running))
         self.running = now
+        self.held = {key for key in now if key in holding}
         self.refreshes += 1
         return changed
 
@@ -76,6 +97,7 @@ class RunningSet:
         """The deployment's retirement was described as not running (and read)."""
         self.running.pop(key, None)
         self.ended.discard(key)
+        self.held.discard(key)
 
     def forget(self, key: Key) -> None:
         """The deployment is gone and nothing of it runs."""
@@ -83,5 +105,5 @@ class RunningSet:
 
     async def refresh(self, client: Client) -> set[Key]:
         """List the running retirements (one paged visibility query); see ``replace``."""
-        ids = [wf.id async for wf in client.list_workflows(QUERY)]
-        return self.replace(ids)
+        listed = [wf async for wf in client.list_workflows(QUERY)]
+        return self.replace([wf.id for wf in listed], [wf.id for wf in listed if holds(wf)])

@@ -4,13 +4,20 @@ The worker's runtime exports them with the SDK's own metrics on one Prometheus e
 (``worker/telemetry.py``); the SDK drops them while a workflow replays, so each is counted
 once.  Names (attributes in braces):
 
-- ``retire_retirements{outcome}``: a retirement reached an outcome (an abort into a hold
-  counts as Aborted; the same retirement completing after a retry counts again);
+- ``retire_retirements_total{outcome}``: a retirement reached an outcome (an abort into a
+  hold counts as Aborted; the same retirement completing after a retry counts again);
 - ``retire_phase_duration_seconds{phase}``: how long each phase lasted;
-- ``retire_retirements_held{deployment}``: 1 while the deployment's retirement holds;
-- ``retire_members_held{deployment}``: members the restore could not put back yet;
-- ``retire_members_abandoned{deployment, members}``: members a retirement ended with out
-  of service (outcome Abandoned), by name.
+- ``retire_members_abandoned_total{deployment, members}``: members a retirement ended with
+  out of service (outcome Abandoned), by name.
+
+Counters carry ``_total`` in their names here: the SDK's exporter adds no suffix.
+
+Nothing here says what holds *now*: a gauge set from workflow code lives on whichever
+worker ran the workflow's last task, so with two workers one kept exporting a hold for
+ever, and a terminated workflow never reset it.  The watcher exports the holds from
+Temporal's visibility instead (``retire_watcher_retirement_held{deployment}``,
+``watcher/running.py``); how many members a hold could not put back is in the workflow's
+state (``retire status``, its current details), not a metric.
 """
 
 from __future__ import annotations
@@ -23,11 +30,9 @@ from retirement.phases import Outcome, Phase
 #: Every metric this module exports, by Prometheus type (the alert rules and the dashboard
 #: are checked against these names).
 EXPORTED = {
-    "retire_retirements": "counter",
+    "retire_retirements_total": "counter",
     "retire_phase_duration_seconds": "histogram",
-    "retire_retirements_held": "gauge",
-    "retire_members_held": "gauge",
-    "retire_members_abandoned": "counter",
+    "retire_members_abandoned_total": "counter",
 }
 #: Phase-duration buckets, in seconds (a phase lasts from milliseconds to its budget).
 PHASE_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 240, 300, 600)
@@ -54,11 +59,11 @@ class RetirementMetrics:
         self._entries = len(timeline)
         if s.outcome is not self._outcome and s.outcome is not Outcome.RUNNING:
             meter.create_counter(
-                "retire_retirements", "Retirements that reached an outcome, by outcome"
+                "retire_retirements_total", "Retirements that reached an outcome, by outcome"
             ).add(1, {"outcome": str(s.outcome)})
             if s.outcome is Outcome.ABANDONED:
                 meter.create_counter(
-                    "retire_members_abandoned",
+                    "retire_members_abandoned_total",
                     "Members a retirement ended with out of service (outcome Abandoned)",
                 ).add(
                     max(1, len(s.unrestored)),
@@ -68,11 +73,3 @@ class RetirementMetrics:
                     },
                 )
         self._outcome = s.outcome
-        deployment = {"deployment": f"{s.request.namespace}/{s.request.deployment}"}
-        held = s.outcome is Outcome.ABORTED and not s.restoring
-        meter.create_gauge(
-            "retire_retirements_held", "1 while the deployment's retirement holds"
-        ).set(int(held), deployment)
-        meter.create_gauge(
-            "retire_members_held", "Members the restore could not put back in service yet"
-        ).set(len(s.unrestored) if held else 0, deployment)

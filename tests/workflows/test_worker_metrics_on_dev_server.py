@@ -1,6 +1,7 @@
 """The worker's Prometheus endpoint on the real dev server: the SDK's own metrics and the
 product's (``workflows/metrics.py``) on one ``/metrics``, after a completed and a held
-retirement."""
+retirement: counters named ``_total`` as the SDK's exporter serves them, and no gauge of
+what holds (the watcher exports that, from Temporal's visibility)."""
 
 from __future__ import annotations
 
@@ -60,14 +61,11 @@ async def test_the_worker_serves_sdk_and_retirement_metrics(dev_env: WorkflowEnv
         world.behaviour["drain"] = "failed"
         held = await start(client, queue)
         await until(held, Phase.ABORTED, Outcome.ABORTED)
-        ref = held.id.removeprefix("retirement/")
 
         wanted = [
-            ("retire_retirements", 'outcome="Completed"'),
-            ("retire_retirements", 'outcome="Aborted"'),
+            ("retire_retirements_total", 'outcome="Completed"'),
+            ("retire_retirements_total", 'outcome="Aborted"'),
             ("retire_phase_duration_seconds_count", 'phase="Draining"'),
-            ("retire_retirements_held", f'deployment="{ref}"'),
-            ("retire_members_held", f'deployment="{ref}"'),
             ("temporal_workflow_task_execution_latency_count", ""),
         ]
 
@@ -83,8 +81,8 @@ async def test_the_worker_serves_sdk_and_retirement_metrics(dev_env: WorkflowEnv
         text = await eventually_async(
             lambda: asyncio.to_thread(has_all), what="every metric", timeout=20, interval=0.5
         )
-        held_line = next(
-            x for x in text.splitlines() if x.startswith("retire_retirements_held{") and ref in x
-        )
-        assert held_line.endswith(" 1"), held_line
+        assert "# TYPE retire_retirements_total counter" in text
+        # A gauge set from workflow code lived on whichever worker ran the last task (one
+        # kept exporting 1 for ever, a terminate never reset it): gone from the worker.
+        assert "retire_retirements_held" not in text and "retire_members_held" not in text
         await end_retirement(held)
