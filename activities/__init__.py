@@ -134,7 +134,12 @@ class RetirementActivities:
                     reason="; ".join(f"{k}: {v}" for k, v in waiting.items()),
                 )
 
-            poll_until(deadline=inp.deadline, interval=inp.poll_interval_s, once=once)
+            poll_until(
+                deadline=inp.deadline,
+                interval=inp.poll_interval_s,
+                once=once,
+                tenant=inp.target.namespace,
+            )
         return state[0]
 
     @activity.defn(name="publish")

@@ -149,4 +149,9 @@ def settle(api: KubeApi, inp: PhaseInput) -> Observation:
             )
         return Observation(verdict=Verdict.VERIFIED, reason="Pods gone, capacity released")
 
-    return poll_until(deadline=inp.deadline, interval=inp.poll_interval_s, once=once)
+    return poll_until(
+        deadline=inp.deadline,
+        interval=inp.poll_interval_s,
+        once=once,
+        tenant=inp.target.namespace,
+    )

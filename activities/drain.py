@@ -6,21 +6,19 @@ Rounds are spaced by ``retirement.drain.next_read_in``: the poll interval while 
 members read idle, nearly idle or incomplete, growing to a bound while they stay busy.
 Every exec is counted (``activities.metrics``), so a fleet's cost can be reported.
 
-A worker runs at most ``exec_slots().size`` execs at once (``ExecSlots``), whatever the
+A worker runs at most ``exec_slots().size`` execs at once (``FairSlots``), whatever the
 number of retirements it carries: the drain and router-less withdrawal reads of many
 retirements started together arrive together, and each exec costs the API server, the
 kubelet and a process start on the node."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import httpx
 
+from activities.fairslots import FairSlots
 from activities.fencing import heartbeat
 from activities.metrics import count_exec_read
 from activities.oneshot import EXEC_TIMEOUT_S, command, valid_path, valid_port, valid_scheme
@@ -84,46 +82,26 @@ def identity(api: KubeApi, target: Target, m: MemberTarget) -> Identity:
     return Identity(uid=pod.uid, container_id=st.container_id, restart_count=st.restart_count)
 
 
-class ExecSlots:
-    """A bound on the execs one worker process runs at once.
-
-    Why: N retirements started together (an autoscaler scaling N deployments down) read
-    together; unbounded, N execs start at once, queue for the API server and the node's
-    CPU, and every one of them times out together (measured on the bed: 50 reads at once
-    took 4.2 s against the 5 s exec bound).  Bounded, they run a few at a time and each
-    one is quick; a read that finds no slot within ``wait_s`` reads UNKNOWN with that
-    reason (never idle) and is followed later, as a timed-out one is.  Waiters are served
-    in arrival order (``threading.Semaphore`` wakes the longest waiting)."""
-
-    def __init__(self, size: int) -> None:
-        if size < 1:
-            raise ValueError(f"exec slots must be at least 1, not {size}")
-        self.size = size
-        self._free = threading.BoundedSemaphore(size)
-
-    @contextmanager
-    def slot(self, wait_s: float) -> Iterator[bool]:
-        """Hold a slot for the block; yields False when none freed within ``wait_s``."""
-        got = self._free.acquire(timeout=wait_s)
-        try:
-            yield got
-        finally:
-            if got:
-                self._free.release()
+#: Why a bound: N retirements started together (an autoscaler scaling N deployments down)
+#: read together; unbounded, N execs start at once, queue for the API server and the node's
+#: CPU, and every one of them times out together (measured on the bed: 50 reads at once
+#: took 4.2 s against the 5 s exec bound).  Bounded, they run a few at a time and each one
+#: is quick; a read that finds no slot within ``EXEC_SLOT_WAIT_S`` reads UNKNOWN with that
+#: reason (never idle) and is followed later, as a timed-out one is.  The slots are shared
+#: fairly between namespaces (``activities.fairslots``): one tenant's hundred retirements
+#: do not queue ahead of another tenant's one.
+_slots = [FairSlots(DEFAULT_EXEC_SLOTS)]
 
 
-_slots = [ExecSlots(DEFAULT_EXEC_SLOTS)]
-
-
-def exec_slots() -> ExecSlots:
+def exec_slots() -> FairSlots:
     """This process's exec slots."""
     return _slots[0]
 
 
-def limit_execs(size: int) -> ExecSlots:
+def limit_execs(size: int) -> FairSlots:
     """Bound this process's concurrent execs to ``size`` (the worker calls it once, at
     start, from ``--max-concurrent-execs``)."""
-    _slots[0] = ExecSlots(size)
+    _slots[0] = FairSlots(size)
     return _slots[0]
 
 
@@ -144,7 +122,7 @@ def exec_oneshot(
         port=port, scheme=scheme, path=path, names=series.all, exact=m.exact_load, twice=twice
     )
     slots = exec_slots()
-    with slots.slot(EXEC_SLOT_WAIT_S) as got:
+    with slots.slot(EXEC_SLOT_WAIT_S, target.namespace) as got:
         if not got:
             return "", (
                 f"no exec slot within {EXEC_SLOT_WAIT_S:g} s "
@@ -292,6 +270,7 @@ def drain(api: KubeApi, inp: PhaseInput) -> Observation:
             interval=next_wait,
             once=once,
             details=lambda obs: DrainHeartbeat(progress=progress[0], readings=obs.readings),
+            tenant=target.namespace,
         )
 
 

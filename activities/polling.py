@@ -22,7 +22,6 @@ without one (a last look, never a skipped one).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -32,6 +31,7 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import CancelledError
 
+from activities.fairslots import FairSlots
 from activities.fencing import heartbeat
 from retirement.models import Observation
 from retirement.phases import Verdict
@@ -48,14 +48,16 @@ def poll_until(
     interval: float | Callable[[Observation], float],
     once: Callable[[], Observation],
     details: Callable[[Observation], Any] = lambda obs: obs,
+    tenant: str = "",
 ) -> Observation:
     """Run ``once`` every ``interval`` seconds until it answers VERIFIED or FAILED, or the
     deadline passes (then the last UNKNOWN is returned, with the attempt's queue lag in its
     reason when it is material: ``late_start``).  ``interval`` may be a function of the
-    last observation (the drain spaces its reads adaptively).  Cancellation raises."""
+    last observation (the drain spaces its reads adaptively).  ``tenant`` (the target's
+    namespace) is whose share of the poll slots a poll takes.  Cancellation raises."""
     polls = 0
     slots = poll_slots()
-    held = _first_slot(slots)
+    held = _first_slot(slots, tenant)
     while True:
         polls += 1
         began = time.monotonic()
@@ -63,7 +65,7 @@ def poll_until(
             obs = once().model_copy(update={"polls": polls})
         finally:
             if held:
-                slots.release()
+                slots.release(tenant)
         took = time.monotonic() - began
         heartbeat(details(obs))
         if obs.verdict is not Verdict.UNKNOWN:
@@ -76,7 +78,7 @@ def poll_until(
             return obs
         wait = interval(obs) if callable(interval) else interval
         wait_heartbeating(min(backpressure(wait, took), left), details(obs))
-        held = take_slot(slots, deadline, details(obs))
+        held = take_slot(slots, deadline, details(obs), tenant)
 
 
 #: Polls one worker runs at once, by default (``retire-worker --max-concurrent-polls``).
@@ -90,10 +92,11 @@ DEFAULT_POLL_SLOTS = 16
 #: timeout (10 s).
 FIRST_SLOT_WAIT_S = 5.0
 
-_poll_slots = [threading.BoundedSemaphore(DEFAULT_POLL_SLOTS)]
+#: Shared fairly between namespaces (``activities.fairslots``).
+_poll_slots = [FairSlots(DEFAULT_POLL_SLOTS)]
 
 
-def poll_slots() -> threading.BoundedSemaphore:
+def poll_slots() -> FairSlots:
     """This process's poll slots."""
     return _poll_slots[0]
 
@@ -101,19 +104,17 @@ def poll_slots() -> threading.BoundedSemaphore:
 def limit_polls(size: int) -> None:
     """Bound this process's concurrent polls to ``size`` (the worker calls it once, at
     start, from ``--max-concurrent-polls``)."""
-    if size < 1:
-        raise ValueError(f"poll slots must be at least 1, not {size}")
-    _poll_slots[0] = threading.BoundedSemaphore(size)
+    _poll_slots[0] = FairSlots(size)
 
 
-def _first_slot(slots: threading.BoundedSemaphore) -> bool:
+def _first_slot(slots: FairSlots, tenant: str = "") -> bool:
     """Wait up to ``FIRST_SLOT_WAIT_S`` for the first poll's slot, heartbeating meanwhile
     (a bare heartbeat: the details an earlier attempt left are kept, not wiped).  True
     once one is held.  Cancellation raises."""
     end = time.monotonic() + FIRST_SLOT_WAIT_S
     while True:
         left = end - time.monotonic()
-        if slots.acquire(timeout=max(0.0, min(left, HEARTBEAT_EVERY_S))):
+        if slots.acquire(max(0.0, min(left, HEARTBEAT_EVERY_S)), tenant):
             return True
         if activity.in_activity() and activity.is_cancelled():
             raise CancelledError("cancelled while waiting for a poll slot")
@@ -122,12 +123,12 @@ def _first_slot(slots: threading.BoundedSemaphore) -> bool:
         heartbeat()
 
 
-def take_slot(slots: threading.BoundedSemaphore, deadline: datetime, details: Any) -> bool:
+def take_slot(slots: FairSlots, deadline: datetime, details: Any, tenant: str = "") -> bool:
     """Wait for a poll slot, heartbeating ``details`` (so a cancel reaches the activity and
     the heartbeat timeout is not tripped); True once one is held, False at the deadline
     (the caller then polls without one).  Cancellation raises."""
     while True:
-        if slots.acquire(timeout=HEARTBEAT_EVERY_S):
+        if slots.acquire(HEARTBEAT_EVERY_S, tenant):
             return True
         if activity.is_cancelled():
             raise CancelledError("cancelled while waiting for a poll slot")

@@ -292,6 +292,7 @@ def withdraw(
             details=lambda obs: WithdrawProgress(
                 polls=obs.polls, removal_requested=sorted(requested), last=obs
             ),
+            tenant=inp.target.namespace,
         )
 
 

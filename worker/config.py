@@ -29,7 +29,7 @@ class WorkerConfig:
     task_queue: str
     kubeconfig: str | None
     max_concurrent_activities: int
-    #: Drain reads (``pods/exec``) this worker runs at once (``activities.drain.ExecSlots``).
+    #: Drain reads (``pods/exec``) this worker runs at once (``activities.fairslots.FairSlots``).
     max_concurrent_execs: int = DEFAULT_MAX_EXECS
     #: Polls (one round of a polling phase) run at once (``activities.polling.poll_slots``).
     max_concurrent_polls: int = DEFAULT_POLL_SLOTS

@@ -1,5 +1,5 @@
 """A worker runs at most ``--max-concurrent-execs`` drain reads at once
-(``activities.drain.ExecSlots``): N retirements reading together queue for a slot instead
+(``activities.fairslots.FairSlots``): N retirements reading together queue for a slot instead
 of starting N execs at once, and a read that finds no slot in time reads UNKNOWN with that
 reason, never idle."""
 

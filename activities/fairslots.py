@@ -1,0 +1,106 @@
+"""``FairSlots``: a bound on concurrent work in one worker process, shared fairly between
+tenants (the namespaces the retirements run in).
+
+The worker bounds its concurrent execs (``activities.drain``) and polls
+(``activities.polling``): without a bound a fleet's reads all start at once and time out
+together.  A plain semaphore serves waiters in arrival order, so one tenant that scales
+down a hundred deployments at once queues ahead of every other tenant's single
+retirement, whose reads then wait (and read UNKNOWN, and run out of budget) behind
+reads it has nothing to do with (the security review's M3).
+
+Here a freed slot goes to the waiting tenant that holds the fewest slots now (ties: the
+tenant whose oldest waiter came first); within a tenant, first come first served.  A
+tenant alone uses every slot; two busy tenants share them evenly, whatever their queue
+lengths.  A slot is given to a waiter, never taken back.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+@dataclass
+class _Waiter:
+    seq: int
+    granted: threading.Event = field(default_factory=threading.Event)
+
+
+class FairSlots:
+    """At most ``size`` holders at once, handed out fairly between tenants."""
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"slots must be at least 1, not {size}")
+        self.size = size
+        self._lock = threading.Lock()
+        self._free = size
+        self._held: dict[str, int] = {}
+        self._waiting: dict[str, deque[_Waiter]] = {}
+        self._seq = itertools.count()
+
+    def acquire(self, timeout: float | None = None, tenant: str = "") -> bool:
+        """Take a slot for ``tenant``, waiting up to ``timeout`` seconds (None: for ever);
+        False when none was given in time."""
+        me = _Waiter(next(self._seq))
+        with self._lock:
+            self._waiting.setdefault(tenant, deque()).append(me)
+            self._dispatch()
+        if me.granted.wait(timeout):
+            return True
+        with self._lock:
+            if me.granted.is_set():  # given between the timeout and the lock
+                return True
+            queue = self._waiting.get(tenant)
+            if queue is not None:
+                queue.remove(me)
+                if not queue:
+                    del self._waiting[tenant]
+        return False
+
+    def release(self, tenant: str = "") -> None:
+        """Give back a slot ``tenant`` held."""
+        with self._lock:
+            held = self._held.get(tenant, 0)
+            if held <= 0:
+                raise ValueError(f"release of a slot tenant {tenant!r} does not hold")
+            if held == 1:
+                del self._held[tenant]
+            else:
+                self._held[tenant] = held - 1
+            self._free += 1
+            self._dispatch()
+
+    @contextmanager
+    def slot(self, wait_s: float, tenant: str = "") -> Iterator[bool]:
+        """Hold a slot for the block; yields False when none was given within ``wait_s``."""
+        got = self.acquire(wait_s, tenant)
+        try:
+            yield got
+        finally:
+            if got:
+                self.release(tenant)
+
+    def holding(self) -> dict[str, int]:
+        """Slots held now, by tenant (for tests and metrics)."""
+        with self._lock:
+            return dict(self._held)
+
+    def _dispatch(self) -> None:
+        """Give free slots to waiters (the lock is held)."""
+        while self._free > 0 and self._waiting:
+            tenant = min(
+                self._waiting,
+                key=lambda t: (self._held.get(t, 0), self._waiting[t][0].seq),
+            )
+            queue = self._waiting[tenant]
+            waiter = queue.popleft()
+            if not queue:
+                del self._waiting[tenant]
+            self._free -= 1
+            self._held[tenant] = self._held.get(tenant, 0) + 1
+            waiter.granted.set()
