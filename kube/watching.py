@@ -28,6 +28,8 @@ from retirement.names import APP_NAME, GROUP, LABEL_NAME, PLURAL, VERSION
 Resource = Literal["pods", "modeldeployments"]
 #: Server-side length of one watch request, in seconds (then it is resumed, not re-listed).
 WATCH_SECONDS = 60
+#: Objects per page of a LIST (the API server's own default for clients that page is 500).
+LIST_PAGE = 500
 #: The label every Pod of a ModelDeployment carries: only those are listed and watched.
 POD_SELECTOR = f"{LABEL_NAME}={APP_NAME}"
 
@@ -65,22 +67,36 @@ def _call(kube: Kube, resource: Resource, namespace: str | None, **kwargs: Any) 
 
 
 def list_objects(
-    kube: Kube, resource: Resource, *, namespace: str | None = None
+    kube: Kube, resource: Resource, *, namespace: str | None = None, page: int = LIST_PAGE
 ) -> tuple[list[dict[str, Any]], str]:
     """Every object of ``resource`` (Pods: of a ModelDeployment) and the list's
-    resourceVersion."""
-    with translated(f"list {resource} in {namespace or 'every namespace'}"):
-        resp = _call(kube, resource, namespace, _request_timeout=kube.timeout_s)
-        try:
-            body = json.loads(resp.data)
-        finally:
-            resp.release_conn()
-    if not isinstance(body, dict):
-        raise KubeError(f"list {resource}: the answer is not an object")
-    items = [i for i in body.get("items") or [] if isinstance(i, dict)]
-    meta = body.get("metadata")
-    rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
-    return items, str(rv or "")
+    resourceVersion, read ``page`` objects at a time (``limit`` and ``continue``: the API
+    server answers every page from one snapshot, so the pages add up to one consistent
+    list; a continue token that expired is 410 Gone, ``Expired``, and the caller lists
+    again).  Paged, neither the API server nor this process holds a fleet's whole list in
+    one answer."""
+    items: list[dict[str, Any]] = []
+    rv = ""
+    token: str | None = None
+    while True:
+        kwargs: dict[str, Any] = {"limit": page, "_request_timeout": kube.timeout_s}
+        if token:
+            kwargs["_continue"] = token
+        with translated(f"list {resource} in {namespace or 'every namespace'}"):
+            resp = _call(kube, resource, namespace, **kwargs)
+            try:
+                body = json.loads(resp.data)
+            finally:
+                resp.release_conn()
+        if not isinstance(body, dict):
+            raise KubeError(f"list {resource}: the answer is not an object")
+        items.extend(i for i in body.get("items") or [] if isinstance(i, dict))
+        meta = body.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        rv = rv or str(meta.get("resourceVersion") or "")
+        token = meta.get("continue") or None
+        if not isinstance(token, str) or not token:
+            return items, rv
 
 
 def watch_objects(

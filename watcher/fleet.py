@@ -17,6 +17,7 @@ their bodies already decoded, never mutate it themselves.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,9 +63,15 @@ def decode_deployment(raw: Mapping[str, Any]) -> tuple[Key, Entry] | None:
 
 
 def decode_pod(raw: Mapping[str, Any]) -> Pod | None:
-    """The typed view of one Pod body (None: no name or namespace)."""
+    """The view of one Pod body the watcher keeps (None: no name or namespace), without
+    its containers' specs: nothing the watcher decides reads them (a role's shape is read
+    from the ModelDeployment, the intents and the label from labels and statuses), and a
+    tenant's Pods may carry up to ~1.5 MB of command lines and environment each, which a
+    cache of a fleet's Pods would otherwise hold whole (the security review's M2)."""
     pod = Pod.from_raw(raw)
-    return pod if pod.name and pod.namespace else None
+    if not pod.name or not pod.namespace:
+        return None
+    return dataclasses.replace(pod, containers=())
 
 
 @dataclass

@@ -461,3 +461,42 @@ async def test_a_deleted_deployment_leaves_no_pending_series() -> None:
         )
         is None
     )
+
+
+def test_the_cache_keeps_no_container_specs() -> None:
+    """A tenant's Pod may carry ~1.5 MB of command line and environment; the watcher reads
+    none of it, so its cache keeps none of it (the security review's M2): 200 such Pods
+    cost the cache what 200 plain ones do."""
+    import tracemalloc
+
+    from watcher.fleet import decode_pod
+
+    def pod(i: int, fat: bool) -> dict[str, Any]:
+        c: dict[str, Any] = {"name": "main", "image": "i"}
+        if fat:
+            c["args"] = ["x" * 1000] * 200
+            c["env"] = [{"name": f"E{j}", "value": "y" * 1000} for j in range(200)]
+        return {
+            "metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u{i}", "labels": {}},
+            "spec": {"containers": [c]},
+            "status": {"containerStatuses": [{"name": "main", "containerID": "c"}]},
+        }
+
+    def held(fat: bool) -> int:
+        """What the views keep once the watch's bodies are gone."""
+        import gc
+        import json
+
+        wire = [json.dumps(pod(i, fat)) for i in range(200)]
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        views = [decode_pod(json.loads(w)) for w in wire]  # each body dropped after decode
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        assert all(v is not None and v.containers == () for v in views)
+        assert all(v is not None and v.engine_started for v in views)  # statuses are kept
+        return after - before
+
+    plain, fat = held(False), held(True)
+    assert fat < plain + 200 * 1024, (plain, fat)  # not 200 x 400 KB
