@@ -5,12 +5,12 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: venv bins demo test lint bench clean
+.PHONY: venv bins demo test lint bench clean constraints
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	# vllm-router 0.1.15, the release gpustack pins, beside the venv's 0.1.17 (same package
 	# name, so in its own directory; it uses 0.1.17's dependencies): testbed/bed.py runs it.
 	$(BIN)/pip install --quiet --no-deps --upgrade --target $(VENV)/vllm-router-0.1.15 vllm-router==0.1.15
@@ -39,6 +39,12 @@ test: venv bins
 BENCH ?=
 bench: venv bins
 	$(BIN)/python -m bench $(BENCH)
+
+# Re-pin every distribution after a dependency change in pyproject.toml.
+constraints:
+	$(BIN)/pip install --quiet -e '.[dev]'
+	{ sed -n '/^#/p' constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^#'; } > constraints.new
+	mv constraints.new constraints.txt
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

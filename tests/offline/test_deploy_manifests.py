@@ -918,7 +918,7 @@ def test_the_image_holds_every_product_package_and_nothing_else() -> None:
             copied.add(s)
     packages = _product_packages()
     assert packages <= copied, f"not in the image: {sorted(packages - copied)}"
-    assert copied - packages <= {"pyproject.toml", "README.md"}
+    assert copied - packages <= {"pyproject.toml", "README.md", "constraints.txt"}
     for cut in ("tests", "testbed", "bench", ".venv", ".bed", ".git"):
         assert not dockerignore_admits(cut, ignore), cut
     # Nothing the image holds imports what it does not hold.
