@@ -34,7 +34,7 @@ from tests.bed.test_retirement_on_bed import Ctx, pods_of, retire_routerless, sc
 from tests.helpers import eventually_async, eventually_in_thread, model_deployment
 from tests.helpers.retirements import end_retirement
 from worker.build import build_worker
-from worker.config import parser
+from worker.config import WorkerConfig
 from workflows.mirror import SA_OUTCOME, SA_PHASE
 from workflows.retirement import RetirementWorkflow
 
@@ -49,7 +49,7 @@ BUSY_S = 5.0
 @pytest.fixture
 async def fleet(bed: Bed, dev_env: WorkflowEnvironment, namespace: str) -> AsyncIterator[Ctx]:
     """One worker with the product's default thread pool."""
-    threads = parser(environ={}).parse_args([]).max_concurrent_activities
+    threads = WorkerConfig.parse([], environ={}).max_concurrent_activities
     queue = f"fleet-{uuid.uuid4().hex[:8]}"
     kube = Kube.from_config(kubeconfig=str(bed.cp.kubeconfig))
     client_: Client = dev_env.client
