@@ -120,12 +120,22 @@ def parser() -> argparse.ArgumentParser:
         "--in", dest="scope", metavar="NAMESPACE", help="only this Kubernetes namespace"
     )
     ls.add_argument("--all", action="store_true", help="also the ones that ended")
+    ls.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
+    ls.add_argument(
+        "--limit", type=int, default=None, help="at most this many retirements, newest first"
+    )
     s = sub.add_parser("status", help="one retirement as a readable page, or -o json|yaml")
     s.add_argument("ref")
     s.add_argument("-o", "--output", choices=["page", "json", "yaml"], default="page")
     wt = sub.add_parser("watch", help="live progress until the retirement ends or holds")
     wt.add_argument("ref")
     wt.add_argument("--interval", type=float, default=1.0, help="seconds between reads")
+    wt.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="give up after this many seconds (exit 1; the retirement goes on)",
+    )
     sub.add_parser("setup", help="register the search attributes on the namespace")
     a = sub.add_parser("abort")
     a.add_argument("ref")
@@ -297,9 +307,17 @@ async def _deadline_and_reason(client: Client, wf: Any, now: datetime) -> tuple[
     return deadline, reason or "-"
 
 
-async def list_retirements(client: Client, *, scope: str | None, everything: bool) -> int:
+async def list_retirements(
+    client: Client,
+    *,
+    scope: str | None,
+    everything: bool,
+    output: str = "table",
+    limit: int | None = None,
+) -> int:
     """Print one line per retirement, newest first: its search attributes, and the phase
-    deadline and last reason read from its state."""
+    deadline and last reason read from its state (``output`` json or yaml: one object per
+    retirement, the table's columns as keys); at most ``limit`` of them."""
     now = datetime.now(UTC)
     listed: list[tuple[Any, str]] = []
     async for wf in client.list_workflows(list_query(everything=everything)):
@@ -308,6 +326,8 @@ async def list_retirements(client: Client, *, scope: str | None, everything: boo
         )
         if scope is None or deployment.startswith(f"{scope}/"):
             listed.append((wf, deployment))
+            if limit is not None and len(listed) >= limit:
+                break
     gate = asyncio.Semaphore(LIST_READS)
 
     async def read(wf: Any) -> tuple[str, str]:
@@ -323,6 +343,10 @@ async def list_retirements(client: Client, *, scope: str | None, everything: boo
         phase, outcome = sa.get(SA_PHASE) or "?", sa.get(SA_OUTCOME) or "?"
         cells = (deployment, replica, phase, outcome, age, deadline, wf.id, reason)
         rows.append(tuple(render.printable(c) for c in cells))  # reasons come from outside
+    if output != "table":
+        keys = [h.lower() for h in LIST_HEADER]
+        print(render.serialize([dict(zip(keys, r, strict=True)) for r in rows], output))
+        return 0
     widths = [max(len(r[i]) for r in [LIST_HEADER, *rows]) for i in range(len(LIST_HEADER))]
     for row in [LIST_HEADER, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
@@ -338,9 +362,16 @@ def _changes(st: RetirementState) -> tuple[Any, ...]:
     return (st.phase, st.outcome, st.attempt, st.reasons[-1:], st.last_readings, st.unrestored)
 
 
-async def watch(client: Client, wid: str, *, interval: float) -> int:
+async def watch(client: Client, wid: str, *, interval: float, timeout: float | None = None) -> int:
     """Print the page whenever the retirement changes, until it ends (0 when it retired
-    the replica, else 3) or holds after an abort (3)."""
+    the replica, else 3) or holds after an abort (3); after ``timeout`` seconds, 1 (the
+    retirement goes on: watching it is what stops)."""
+    if timeout is not None:
+        try:
+            return await asyncio.wait_for(watch(client, wid, interval=interval), timeout)
+        except TimeoutError:  # a query with no worker to answer it waits too: bounded here
+            _error(f"{wid} still runs after --timeout {timeout:g} s (it goes on)")
+            return 1
     handle = client.get_workflow_handle(wid, result_type=RetirementState)
     seen: tuple[Any, ...] | None = None
     while True:
@@ -383,9 +414,15 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
     if args.command == "list":
         if args.scope is not None and not _K8S_NS.fullmatch(args.scope):
             raise UsageError(f"--in {args.scope!r} is not a Kubernetes namespace name")
+        if args.limit is not None and args.limit < 1:
+            raise UsageError("--limit must be at least 1")
         try:
             return await list_retirements(
-                await connect(connection), scope=args.scope, everything=args.all
+                await connect(connection),
+                scope=args.scope,
+                everything=args.all,
+                output=args.output,
+                limit=args.limit,
             )
         except RPCError as e:
             _error(f"{e.status.name}: {e.message}")
@@ -397,6 +434,8 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
             raise UsageError("--interval must be a finite number of seconds")
         if args.interval <= 0:
             raise UsageError("--interval must be positive")
+        if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+            raise UsageError("--timeout must be a positive, finite number of seconds")
     elif args.command == "abort":
         abort_req = _validated(lambda: AbortRequest(reason=args.reason))
     elif args.command == "retry":
@@ -428,7 +467,7 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
             out = args.output
             print(render.page(st, datetime.now(UTC)) if out == "page" else render.machine(st, out))
         elif args.command == "watch":
-            return await watch(client, wid, interval=args.interval)
+            return await watch(client, wid, interval=args.interval, timeout=args.timeout)
         elif args.command == "abort":
             if args.signal:
                 await handle.signal(RetirementWorkflow.abort_signal, abort_req)

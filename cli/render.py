@@ -64,7 +64,11 @@ def as_data(st: RetirementState) -> dict[str, Any]:
 
 def machine(st: RetirementState, fmt: str) -> str:
     """``-o json`` or ``-o yaml``."""
-    data = as_data(st)
+    return serialize(as_data(st), fmt)
+
+
+def serialize(data: Any, fmt: str) -> str:
+    """``data`` as ``-o json`` or ``-o yaml`` prints it."""
     if fmt == "yaml":
         return yaml.safe_dump(data, sort_keys=False)
     return json.dumps(data, indent=2)

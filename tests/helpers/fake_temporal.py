@@ -22,15 +22,18 @@ import itertools
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, cast
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from retirement.models import RetirementRequest, RetirementState, RetryResult
 from retirement.phases import Outcome
 from retirement.retry import RetryDecision, decide_retry
+from workflows.mirror import SA_OUTCOME, SA_PHASE, initial_search_attributes
 
 __all__ = ["FakeHandle", "FakeRun", "FakeTemporal", "TemporalCall", "rpc_error"]
 
@@ -125,10 +128,26 @@ class FakeHandle:
 
 @dataclass(frozen=True)
 class FakeListed:
-    """One entry of a visibility list."""
+    """One entry of a visibility list, with the search attributes Temporal lists: the
+    ones the workflow starts with, phase and outcome as it keeps them upserted."""
 
     id: str
     run_id: str
+    typed_search_attributes: TypedSearchAttributes = TypedSearchAttributes.empty
+    status: WorkflowExecutionStatus = WorkflowExecutionStatus.RUNNING
+    start_time: datetime | None = None
+
+
+def _listed_attributes(state: RetirementState) -> TypedSearchAttributes:
+    """What visibility shows of a run: its start attributes, phase and outcome now."""
+    start = initial_search_attributes(state.request)
+    now = {SA_PHASE.name: state.phase.value, SA_OUTCOME.name: state.outcome.value}
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(p.key, now.get(p.key.name, p.value))  # type: ignore[arg-type]
+            for p in start.search_attributes
+        ]
+    )
 
 
 class FakeTemporal:
@@ -197,7 +216,11 @@ class FakeTemporal:
         """The running workflows (the reconcile asks only for those): a visibility list."""
         self._record(TemporalCall("list_workflows", "", arg=query))
         listed = [
-            FakeListed(id=wid, run_id=runs[-1].run_id)
+            FakeListed(
+                id=wid,
+                run_id=runs[-1].run_id,
+                typed_search_attributes=_listed_attributes(runs[-1].state),
+            )
             for wid, runs in self.runs.items()
             if runs[-1].status is WorkflowExecutionStatus.RUNNING
         ]

@@ -6,12 +6,14 @@ FakeTemporal, handed to the CLI through its ``connect`` seam."""
 from __future__ import annotations
 
 import importlib
+import json
 import re
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from temporalio.client import Client
 
 import cli.main
@@ -151,3 +153,53 @@ def test_several_bad_fields_are_all_named_on_one_line(
         ' number (got "5m"); --budgets: drain_s must be greater than 0 (got -1)\n'
     )
     assert connects[1:] == []
+
+
+# ---------------------------------------------------------------- kubectl habits
+
+
+def test_list_as_json_and_limited(connects: list[Any], capsys: pytest.CaptureFixture[str]) -> None:
+    fake: FakeTemporal = connects[0]
+    fake.running(RetirementRequest(namespace="demo", deployment="qwen", role="w", ordinal=1))
+    assert run_cli(["list", "-o", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert sorted(r["deployment"] for r in rows) == ["demo/llama", "demo/qwen"]
+    assert set(rows[0]) == {
+        "deployment",
+        "replica",
+        "phase",
+        "outcome",
+        "age",
+        "deadline",
+        "workflow",
+        "reason",
+    }
+    assert run_cli(["list", "-o", "yaml", "--limit", "1"]) == 0
+    (row,) = yaml.safe_load(capsys.readouterr().out)
+    assert row["workflow"].startswith("retirement/demo/")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["list", "--limit", "0"], "retire: --limit must be at least 1"),
+        (["watch", "demo/llama", "--timeout", "0"], "retire: --timeout must be a positive"),
+        (["watch", "demo/llama", "--timeout", "nan"], "retire: --timeout must be a positive"),
+    ],
+)
+def test_bounds_are_usage_errors_before_connecting(
+    connects: list[Any], capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert run_cli(argv) == 2
+    assert capsys.readouterr().err.startswith(message)
+    assert connects[1:] == []
+
+
+def test_watch_gives_up_at_its_timeout_and_says_the_retirement_goes_on(
+    connects: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake: FakeTemporal = connects[0]
+    fake.set_state(WID, outcome=Outcome.RUNNING)
+    assert run_cli(["watch", "demo/llama", "--interval", "0.05", "--timeout", "0.3"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"retire: {WID} still runs after --timeout 0.3 s (it goes on)\n"

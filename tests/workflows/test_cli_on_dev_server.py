@@ -195,3 +195,28 @@ async def test_list_answers_quickly_when_a_retirement_has_no_worker(
     assert row.split()[5:8] == ["-", orphan.id, "-"], row
     assert took < 15, took
     await orphan.terminate("test over")
+
+
+async def test_list_as_json_limited_and_watch_with_a_timeout(
+    dev_env: WorkflowEnvironment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``list -o json`` reads the search attributes the real server lists (the twin of the
+    FakeTemporal listing); ``--limit`` bounds it; ``watch --timeout`` gives up with 1 on a
+    retirement that goes on (no worker polls it here)."""
+    client = dev_env.client
+    orphan = await start(client, f"nobody-{uuid.uuid4().hex[:8]}")
+    ref = orphan.id.removeprefix("retirement/")
+    assert await asyncio.to_thread(cli, dev_env, "list", "--in", "ops", "-o", "json") == 0
+    rows = json.loads(capsys.readouterr().out)
+    (row,) = [r for r in rows if r["workflow"] == orphan.id]
+    assert row["deployment"] == ref and row["outcome"] == "Running", row
+    assert row["replica"] == "server:1" or row["replica"].endswith(":1"), row
+    assert await asyncio.to_thread(cli, dev_env, "list", "--limit", "1", "-o", "yaml") == 0
+    assert len(yaml.safe_load(capsys.readouterr().out)) == 1
+    t0 = time.monotonic()
+    code = await asyncio.to_thread(
+        cli, dev_env, "watch", ref, "--interval", "0.1", "--timeout", "1"
+    )
+    assert code == 1 and time.monotonic() - t0 < 10
+    assert "still runs after --timeout 1 s" in capsys.readouterr().err
+    await orphan.terminate("test over")
