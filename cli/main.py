@@ -158,6 +158,9 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("--ordinal", required=True, type=int)
     st.add_argument("--budgets", default="{}", help='JSON, e.g. {"overall_s": 300, "drain_s": 240}')
     st.add_argument("--routerless-policy", default="hold", choices=["hold", "quiet-window"])
+    for each in sub.choices.values():  # the connection flags after the subcommand too
+        add_connection_flags(each, repeated=True)
+        add_task_queue_flag(each, repeated=True)
     return p
 
 

@@ -12,6 +12,7 @@ import argparse
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 DEFAULT_TASK_QUEUE = "retirement"
 
@@ -41,13 +42,18 @@ _DEST_PREFIX = "temporal_"
 _FIELDS = tuple(ConnectionFlags.__dataclass_fields__)
 
 
-def add_connection_flags(parser: argparse.ArgumentParser) -> None:
-    """Register the shared connection flags in their own help group."""
-    g = parser.add_argument_group(
+def add_connection_flags(parser: argparse.ArgumentParser, *, repeated: bool = False) -> None:
+    """Register the shared connection flags in their own help group.  ``repeated``: on a
+    subcommand's parser as well as the main one (``retire status x --address y``, as
+    kubectl takes its flags anywhere): no defaults there, so a flag given before the
+    subcommand is not reset by the subcommand's parse."""
+    g = _Group(
+        parser,
         "Temporal connection",
         "Resolved from, highest first: these flags, the TEMPORAL_* environment, the profile "
         "of the TOML config file (the temporal CLI's format), the legacy RETIRE_TEMPORAL_* "
         "environment, then 127.0.0.1:7233 / default.",
+        repeated=repeated,
     )
 
     d = _DEST_PREFIX
@@ -113,13 +119,32 @@ def add_connection_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _Group:
+    """An argument group whose arguments have no default when ``repeated``."""
+
+    def __init__(self, parser: argparse.ArgumentParser, title: str, text: str, *, repeated: bool):
+        self._group = parser.add_argument_group(title, text)
+        self._repeated = repeated
+
+    def add_argument(self, *names: str, **kwargs: Any) -> None:
+        if self._repeated:
+            kwargs["default"] = argparse.SUPPRESS
+        self._group.add_argument(*names, **kwargs)
+
+
 def add_task_queue_flag(
-    parser: argparse.ArgumentParser, *, environ: Mapping[str, str] = os.environ
+    parser: argparse.ArgumentParser,
+    *,
+    environ: Mapping[str, str] = os.environ,
+    repeated: bool = False,
 ) -> None:
-    """``--task-queue``: where the retirement workers listen (RETIRE_TASK_QUEUE)."""
+    """``--task-queue``: where the retirement workers listen (RETIRE_TASK_QUEUE);
+    ``repeated`` as for ``add_connection_flags``."""
     parser.add_argument(
         "--task-queue",
-        default=environ.get("RETIRE_TASK_QUEUE", DEFAULT_TASK_QUEUE),
+        default=argparse.SUPPRESS
+        if repeated
+        else environ.get("RETIRE_TASK_QUEUE", DEFAULT_TASK_QUEUE),
         help="task queue of the retirement worker (RETIRE_TASK_QUEUE; "
         f"default: {DEFAULT_TASK_QUEUE})",
     )

@@ -203,3 +203,23 @@ def test_watch_gives_up_at_its_timeout_and_says_the_retirement_goes_on(
     assert run_cli(["watch", "demo/llama", "--interval", "0.05", "--timeout", "0.3"]) == 1
     err = capsys.readouterr().err
     assert err == f"retire: {WID} still runs after --timeout 0.3 s (it goes on)\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "address", "namespace"),
+    [
+        (["status", "demo/llama", "--address", "10.9.9.9:7233"], "10.9.9.9:7233", "default"),
+        (["--address", "a:1", "status", "demo/llama"], "a:1", "default"),
+        (["--address", "a:1", "status", "demo/llama", "--address", "b:2"], "b:2", "default"),
+        (["--namespace", "t1", "list", "--address", "c:3"], "c:3", "t1"),
+        (["list", "--namespace", "t2"], "127.0.0.1:1", "t2"),
+    ],
+)
+def test_connection_flags_are_taken_after_the_subcommand_too(
+    connects: list[Any], argv: list[str], address: str, namespace: str
+) -> None:
+    """As kubectl takes its flags anywhere; one given before the subcommand is not reset
+    by the subcommand's own (it has no defaults there)."""
+    run_cli(argv)
+    (settings,) = connects[1:]
+    assert (settings.address, settings.namespace) == (address, namespace)
