@@ -15,7 +15,7 @@ or an update got no answer in time; 2 bad arguments or bad connection configurat
 (watch) the retirement ended without retiring, or holds and needs a person; 130
 interrupted.  Every failure is one line on stderr.  The
 connection flags are shared with the worker and the watcher (``connection``): --address,
---profile, --tls-cert, ... before the command.
+--profile, --tls-cert, ... before or after the command.
 """
 
 from __future__ import annotations
