@@ -30,6 +30,23 @@ class _Waiter:
     granted: threading.Event = field(default_factory=threading.Event)
 
 
+@dataclass
+class Ticket:
+    """A place in the queue for one slot (``FairSlots.request``)."""
+
+    slots: FairSlots
+    tenant: str
+    waiter: _Waiter
+
+    def wait(self, timeout: float | None) -> bool:
+        """True once the slot is given (then the caller holds it)."""
+        return self.waiter.granted.wait(timeout)
+
+    def cancel(self) -> bool:
+        """Leave the queue; True when the slot had been given meanwhile (then held)."""
+        return self.slots._withdraw(self)
+
+
 class FairSlots:
     """At most ``size`` holders at once, handed out fairly between tenants."""
 
@@ -46,21 +63,31 @@ class FairSlots:
     def acquire(self, timeout: float | None = None, tenant: str = "") -> bool:
         """Take a slot for ``tenant``, waiting up to ``timeout`` seconds (None: for ever);
         False when none was given in time."""
-        me = _Waiter(next(self._seq))
+        ticket = self.request(tenant)
+        return ticket.wait(timeout) or ticket.cancel()
+
+    def request(self, tenant: str = "") -> Ticket:
+        """Queue for a slot and keep the place: a caller that waits in several steps (to
+        heartbeat in between) waits with one ticket, so it is not passed by those who
+        came after it.  The ticket must end granted (then ``release``) or cancelled."""
+        ticket = Ticket(self, tenant, _Waiter(next(self._seq)))
         with self._lock:
-            self._waiting.setdefault(tenant, deque()).append(me)
+            self._waiting.setdefault(tenant, deque()).append(ticket.waiter)
             self._dispatch()
-        if me.granted.wait(timeout):
-            return True
+        return ticket
+
+    def _withdraw(self, ticket: Ticket) -> bool:
+        """Take ``ticket`` out of the queue; True when it had been given a slot already
+        (the caller then holds it)."""
         with self._lock:
-            if me.granted.is_set():  # given between the timeout and the lock
+            if ticket.waiter.granted.is_set():
                 return True
-            queue = self._waiting.get(tenant)
-            if queue is not None:
-                queue.remove(me)
+            queue = self._waiting.get(ticket.tenant)
+            if queue is not None and ticket.waiter in queue:
+                queue.remove(ticket.waiter)
                 if not queue:
-                    del self._waiting[tenant]
-        return False
+                    del self._waiting[ticket.tenant]
+            return False
 
     def release(self, tenant: str = "") -> None:
         """Give back a slot ``tenant`` held."""

@@ -110,31 +110,44 @@ def limit_polls(size: int) -> None:
 def _first_slot(slots: FairSlots, tenant: str = "") -> bool:
     """Wait up to ``FIRST_SLOT_WAIT_S`` for the first poll's slot, heartbeating meanwhile
     (a bare heartbeat: the details an earlier attempt left are kept, not wiped).  True
-    once one is held.  Cancellation raises."""
+    once one is held.  Cancellation raises.  One place in the queue for the whole wait."""
     end = time.monotonic() + FIRST_SLOT_WAIT_S
-    while True:
-        left = end - time.monotonic()
-        if slots.acquire(max(0.0, min(left, HEARTBEAT_EVERY_S)), tenant):
-            return True
-        if activity.in_activity() and activity.is_cancelled():
-            raise CancelledError("cancelled while waiting for a poll slot")
-        if left <= HEARTBEAT_EVERY_S:
-            return False
-        heartbeat()
+    ticket = slots.request(tenant)
+    try:
+        while True:
+            left = end - time.monotonic()
+            if ticket.wait(max(0.0, min(left, HEARTBEAT_EVERY_S))):
+                return True
+            if activity.in_activity() and activity.is_cancelled():
+                raise CancelledError("cancelled while waiting for a poll slot")
+            if left <= HEARTBEAT_EVERY_S:
+                return ticket.cancel()
+            heartbeat()
+    except BaseException:
+        if ticket.cancel():  # given meanwhile: give it back
+            slots.release(tenant)
+        raise
 
 
 def take_slot(slots: FairSlots, deadline: datetime, details: Any, tenant: str = "") -> bool:
     """Wait for a poll slot, heartbeating ``details`` (so a cancel reaches the activity and
     the heartbeat timeout is not tripped); True once one is held, False at the deadline
-    (the caller then polls without one).  Cancellation raises."""
-    while True:
-        if slots.acquire(HEARTBEAT_EVERY_S, tenant):
-            return True
-        if activity.is_cancelled():
-            raise CancelledError("cancelled while waiting for a poll slot")
-        if seconds_left(deadline) <= 0:
-            return False
-        heartbeat(details)
+    (the caller then polls without one).  Cancellation raises.  One place in the queue
+    for the whole wait."""
+    ticket = slots.request(tenant)
+    try:
+        while True:
+            if ticket.wait(HEARTBEAT_EVERY_S):
+                return True
+            if activity.is_cancelled():
+                raise CancelledError("cancelled while waiting for a poll slot")
+            if seconds_left(deadline) <= 0:
+                return ticket.cancel()
+            heartbeat(details)
+    except BaseException:
+        if ticket.cancel():
+            slots.release(tenant)
+        raise
 
 
 #: The largest share of a polling activity's time spent polling: after a poll that took

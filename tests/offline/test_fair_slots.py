@@ -195,3 +195,40 @@ def test_poll_slots_are_shared_fairly_too(restore_slots: None) -> None:
     for t in threads:
         t.join(5)
     assert sorted(got) == ["busy", "busy", "quiet"]
+
+
+def test_a_poll_waiting_across_heartbeats_keeps_its_place(
+    monkeypatch: pytest.MonkeyPatch, restore_slots: None
+) -> None:
+    """A poll waits for its slot in steps, heartbeating between them: with one ticket for
+    the whole wait it is not passed by a poll that came later (re-queueing at each step,
+    as a first version did, sent it to the back every heartbeat)."""
+    from datetime import UTC, datetime, timedelta
+
+    from activities import polling
+    from tests.helpers.activity_env import attempt_env
+
+    monkeypatch.setattr(polling, "HEARTBEAT_EVERY_S", 0.05)
+    limit_polls(1)
+    slots = poll_slots()
+    assert slots.acquire(0, "ns")
+    got: list[str] = []
+    deadline = datetime.now(UTC) + timedelta(seconds=30)
+
+    def early() -> None:
+        if attempt_env().run(polling.take_slot, slots, deadline, None, "ns"):
+            got.append("early")
+            slots.release("ns")
+
+    first = threading.Thread(target=early)
+    first.start()
+    time.sleep(0.3)  # several heartbeats of waiting
+    late = threading.Thread(
+        target=lambda: (slots.acquire(10, "ns") and got.append("late"), slots.release("ns"))
+    )
+    late.start()
+    time.sleep(0.1)
+    slots.release("ns")
+    first.join(10)
+    late.join(10)
+    assert got == ["early", "late"]
