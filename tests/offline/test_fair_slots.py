@@ -114,17 +114,19 @@ def test_under_contention_every_slot_given_is_given_back() -> None:
 
 
 class HeldExecs:
-    """Execs that hold until their namespace is released."""
+    """Execs that hold until released: the quiet namespace's at once, the busy one's one
+    permit at a time."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.started: list[str] = []
-        self.release = {"busy": threading.Event(), "quiet": threading.Event()}
+        self.busy = threading.Semaphore(0)
 
     def exec_pod(self, *, namespace: str, **_: Any) -> ExecResult:
         with self.lock:
             self.started.append(namespace)
-        self.release[namespace].wait(30)
+        if namespace == "busy":
+            self.busy.acquire(timeout=30)
         return ExecResult(stdout=oneshot_stdout(), exit_code=0)
 
 
@@ -165,14 +167,15 @@ def test_one_tenants_fleet_of_reads_does_not_starve_another_tenants_read(
     quiet = threading.Thread(target=lambda: result.append(exec_oneshot(api, quiet_t, quiet_m)))
     quiet.start()
     time.sleep(0.1)
-    api.release["quiet"].set()
-    # busy's execs end one at a time, slowly: each freed slot is offered fairly.
-    api.release["busy"].set()
+    api.busy.release()  # one of busy's execs ends: its slot is the first freed
     quiet.join(10)
     assert result and result[0][1] == "", result
-    assert api.started.index("quiet") == 2  # the first slot freed went to it
+    assert api.started.index("quiet") == 2  # the first slot freed went to it, not to busy
+    for _ in range(8):
+        api.busy.release()
     for t in busy:
         t.join(10)
+    assert api.started.count("busy") == 8
 
 
 def test_poll_slots_are_shared_fairly_too(restore_slots: None) -> None:
