@@ -210,7 +210,7 @@ async def test_an_informer_that_cannot_list_keeps_the_watcher_unready_until_it_c
     add_replicas(w, range(1))
     r = await running(w)
     r.source.fail_lists(3)
-    # Three failed lists back off 1 + 2 + 4 s before the fourth: the bound leaves room for a
+    # Three failed lists back off 0.5 + 1 + 2 s before the fourth: the bound leaves room for a
     # loaded machine (the full offline suite once took longer than 10 s here).
     await until(lambda: r.health.ready, "ready once the listings succeed", timeout=30)
     assert r.reconciled() >= 1
