@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import math
 import os
 import signal
 import socket
-import sys
 import threading
 import uuid
-from typing import NoReturn
 
 from kubernetes import config as kconfig
 from kubernetes.leaderelection import electionconfig, leaderelection
@@ -31,6 +28,17 @@ from pydantic import ValidationError
 from connection.client import connect_retrying
 from connection.errors import ConnectionConfigError
 from connection.flags import ConnectionFlags, add_connection_flags, add_task_queue_flag
+from connection.process import (
+    DEFAULT_LOG_LEVEL,
+    LOG_FORMAT,
+    LOG_LEVEL_ENV,
+    LOG_LEVELS,
+    OneLineParser,
+    end_process,
+    error_line,
+    fail,
+    kubeconfig_error,
+)
 from connection.settings import resolve
 from kube.client import Kube
 from retirement.budgets import Budgets
@@ -43,26 +51,12 @@ from watcher.reconcile import Reconciler, WatcherSettings
 
 log = logging.getLogger("retire-watcher")
 PROG = "retire-watcher"
-#: The log levels of ``--log-level`` (and ``RETIRE_LOG_LEVEL``, as the worker's).
-LOG_LEVELS = ("debug", "info", "warning", "error")
-LOG_LEVEL_ENV = "RETIRE_LOG_LEVEL"
-#: Every log line names its level: an operator greps for WARNING and ERROR.
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line on stderr (exit 2, as argparse's): a
-    daemon's log is read line by line, and the usage block would bury the reason."""
-
-    def error(self, message: str) -> NoReturn:
-        text = " ".join(message.split())
-        self.exit(2, f"{self.prog}: error: {text} (see --help)\n")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """Flags (defaults from the environment); a bad value exits 2 with one line naming it."""
     env = os.environ
-    p = _Parser(prog=PROG, description=__doc__)
+    p = OneLineParser(prog=PROG, description=__doc__)
     add_connection_flags(p)
     add_task_queue_flag(p, environ=env)
     p.add_argument(
@@ -105,7 +99,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--log-level",
         type=str.lower,
         choices=LOG_LEVELS,
-        help=f"the least severe log lines written ({LOG_LEVEL_ENV}; default info)",
+        help=f"the least severe log lines written ({LOG_LEVEL_ENV}; default {DEFAULT_LOG_LEVEL})",
     )
     a = p.parse_args(argv)
     for flag, value in (("--resync", a.resync), ("--refresh", a.refresh)):
@@ -125,7 +119,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if not a.task_queue.strip():
         p.error("--task-queue (or RETIRE_TASK_QUEUE) is empty")
     if a.log_level is None:
-        given = env.get(LOG_LEVEL_ENV) or "info"
+        given = env.get(LOG_LEVEL_ENV) or DEFAULT_LOG_LEVEL
         if given.lower() not in LOG_LEVELS:
             p.error(f"{LOG_LEVEL_ENV}={given!r} (--log-level): choose from {', '.join(LOG_LEVELS)}")
         a.log_level = given.lower()
@@ -140,58 +134,28 @@ def _health_address(text: str) -> tuple[str, int] | None:
     return host or "127.0.0.1", int(port)
 
 
-def _one_line(error: BaseException, limit: int = 400) -> str:
-    """An exception's message on one line (YAML and pydantic messages span several)."""
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _budgets_error(error: ValidationError) -> str:
     """pydantic's errors as ``field: reason; ...`` (its text spans lines and links docs)."""
     parts = []
     for e in error.errors():
         where = ".".join(str(x) for x in e["loc"])
         parts.append(f"{where}: {e['msg']}" if where else e["msg"])
-    return _one_line(ValueError("; ".join(parts)))
-
-
-def _kube_error(kubeconfig: str | None, error: BaseException) -> str:
-    """Why the Kubernetes configuration cannot be loaded, naming where it was looked for."""
-    if kubeconfig:
-        return f"--kubeconfig (or KUBECONFIG) {kubeconfig}: cannot load it: {_one_line(error)}"
-    return f"no --kubeconfig (or KUBECONFIG) and no in-cluster configuration: {_one_line(error)}"
-
-
-def _fail(code: int, message: str) -> int:
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
-    return code
-
-
-def _end(code: int) -> NoReturn:
-    """End the process without the interpreter's finalization, as the worker does
-    (``worker.__main__._end``): a Temporal SDK call still completing on the SDK's own
-    thread (a visibility query when SIGTERM came; the elected thread's loop) would take
-    the GIL during finalization and abort the process (SIGABRT)."""
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    os._exit(code)
+    return error_line(ValueError("; ".join(parts)))
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: 2 for a bad setting (one line naming it); once serving, the process
-    ends here (``_end``): 0 after SIGTERM/SIGINT."""
+    ends here (``connection.process.end_process``): 0 after SIGTERM/SIGINT."""
     a = parse(argv)
     logging.basicConfig(level=a.log_level.upper(), format=LOG_FORMAT, force=True)
     try:
         connection = resolve(ConnectionFlags.from_args(a), environ=os.environ)
     except ConnectionConfigError as e:
-        return _fail(2, str(e))
+        return fail(PROG, 2, str(e))
     try:
         budgets = Budgets.model_validate_json(a.budgets)
     except ValidationError as e:
-        return _fail(2, f"--budgets: {_budgets_error(e)}")
+        return fail(PROG, 2, f"--budgets: {_budgets_error(e)}")
     try:
         kube = Kube.from_config(kubeconfig=a.kubeconfig)
         if a.leader_elect:
@@ -201,13 +165,15 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 kconfig.load_incluster_config()
     except Exception as e:  # a missing file, bad YAML, not a kubeconfig, no cluster env
-        return _fail(2, _kube_error(a.kubeconfig, e))
+        return fail(PROG, 2, kubeconfig_error(a.kubeconfig, e))
     metrics, health = WatcherMetrics(), Health()
     host, port = _health_address(a.health_address) or ("127.0.0.1", 0)
     try:
         server = serve_health(metrics, health, host=host, port=port)
     except (OSError, OverflowError) as e:  # in use, not an address of this host, unresolvable
-        return _fail(2, f"--health-address {a.health_address}: cannot listen there: {_one_line(e)}")
+        return fail(
+            PROG, 2, f"--health-address {a.health_address}: cannot listen there: {error_line(e)}"
+        )
     print(f"health http://{host}:{server.server_port}", flush=True)
     log.debug("Temporal at %s", connection.describe())
     stop = threading.Event()
@@ -249,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not a.leader_elect:
         lead()
-        _end(0)
+        end_process(0)
     health.standby = True  # a standby is ready: it serves by waiting (until it leads)
     lock = LeaseLock(a.lease_name, a.lease_namespace, a.identity)
     cfg = electionconfig.Config(
@@ -262,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # lost the lease: exit, a standby takes over
     threading.Thread(target=leaderelection.LeaderElection(cfg).run, daemon=True).start()
     stop.wait()
-    _end(0)
+    end_process(0)
 
 
 if __name__ == "__main__":

@@ -6,11 +6,17 @@ import argparse
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 from activities.drain import DEFAULT_EXEC_SLOTS
 from activities.polling import DEFAULT_POLL_SLOTS
 from connection.flags import ConnectionFlags, add_connection_flags, add_task_queue_flag
+from connection.process import (
+    DEFAULT_LOG_LEVEL,
+    LOG_LEVEL_ENV,
+    LOG_LEVELS,
+    OneLineParser,
+)
 from connection.settings import ConnectionSettings, resolve
 from retirement.text import is_decimal
 from worker.build import Serves
@@ -74,23 +80,6 @@ class WorkerConfig:
             serves=Serves(serve.value or Serves.ALL.value),
             log_level=(level.value or DEFAULT_LOG_LEVEL).lower(),
         )
-
-
-#: The log levels of ``--log-level`` (and ``RETIRE_LOG_LEVEL``), least severe first.
-LOG_LEVELS = ("debug", "info", "warning", "error")
-DEFAULT_LOG_LEVEL = "info"
-LOG_LEVEL_ENV = "RETIRE_LOG_LEVEL"
-#: Every log line names its level: an operator greps for WARNING and ERROR.
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line on stderr (exit 2, as argparse's): a
-    daemon's log is read line by line, and the usage block would bury the reason."""
-
-    def error(self, message: str) -> NoReturn:
-        text = " ".join(message.split())
-        self.exit(2, f"{self.prog}: error: {text} (see --help)\n")
 
 
 @dataclass(frozen=True)
