@@ -12,39 +12,31 @@
   could not: the back-off keeps it under any useful threshold).
 
 Through the controller (``watcher.controller``) over FakeKube and FakeTemporal, whose
-visibility listing carries the outcome search attribute as the workflow upserts it.
+visibility listing carries the outcome search attribute as the workflow upserts it
+(``tests/helpers/fake_temporal.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable
 
-import pytest
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCStatusCode
 
 from retirement.models import workflow_id_for
 from retirement.phases import Outcome, Phase
-from tests.helpers import eventually_async
-from tests.helpers.fake_kube import FakeKube
-from tests.helpers.fake_source import FakeSource
-from tests.helpers.fake_temporal import FakeTemporal, rpc_error
+from tests.helpers.fake_temporal import FakeListed, rpc_error
+from tests.offline.test_watcher_controller import Running, running, until
 from tests.offline.test_watcher_reconcile import (
     NS,
-    Clock,
     World,
     add_md,
     add_replicas,
+    make_world,
     request,
 )
-from watcher.controller import Controller
-from watcher.metrics import Health, WatcherMetrics
-from watcher.reconcile import Reconciler, WatcherSettings
+from watcher.metrics import WatcherMetrics
 from watcher.running import RunningSet, holds
 from workflows.mirror import SA_OUTCOME
 
@@ -52,69 +44,8 @@ HELD = "retire_watcher_retirement_held"
 FAILING = "retire_watcher_deployment_failing"
 
 
-@dataclass(frozen=True)
-class Listed:
-    """One visibility entry with the search attributes Temporal lists."""
-
-    id: str
-    run_id: str
-    typed_search_attributes: TypedSearchAttributes
-
-
-class VisibleTemporal(FakeTemporal):
-    """FakeTemporal whose listing carries each run's ``RetirementOutcome``, as the
-    workflow upserts it on every outcome change (``workflows/mirror.py``)."""
-
-    def list_workflows(self, query: str | None = None, **kw: Any) -> Any:
-        inner = super().list_workflows(query, **kw)
-
-        async def each() -> AsyncIterator[Listed]:
-            async for wf in inner:
-                outcome = self.latest(wf.id).state.outcome.value
-                attrs = TypedSearchAttributes([SearchAttributePair(SA_OUTCOME, outcome)])
-                yield Listed(wf.id, wf.run_id, attrs)
-
-        return each()
-
-
-def visible_world() -> World:
-    kube, temporal, metrics = FakeKube(), VisibleTemporal(), WatcherMetrics()
-    rec = Reconciler(
-        kube=kube,
-        temporal=temporal.client(),
-        settings=WatcherSettings(),
-        metrics=metrics,
-        clock=Clock(),
-    )
-    return World(kube, temporal, metrics, rec)
-
-
 def sample(w: World, name: str, deployment: str) -> float | None:
     return w.metrics.registry.get_sample_value(name, {"deployment": deployment})
-
-
-@pytest.fixture
-async def controller() -> AsyncIterator[Callable[[World], Awaitable[Controller]]]:
-    started: list[tuple[threading.Event, asyncio.Task[None]]] = []
-
-    async def start(w: World) -> Controller:
-        stop = threading.Event()
-        ctl = Controller(
-            rec=w.rec, source=FakeSource(w.kube), health=Health(), refresh_s=0.05, resync_s=3600
-        )
-        started.append((stop, asyncio.create_task(ctl.run(stop))))
-        return ctl
-
-    yield start
-    for stop, task in started:
-        stop.set()
-        await asyncio.wait_for(task, 5)
-
-
-async def until(check: Callable[[], Any], what: str, timeout: float = 5) -> Any:
-    return await eventually_async(
-        lambda: asyncio.sleep(0, result=check()), what=what, timeout=timeout, interval=0.01
-    )
 
 
 def held_retirement(w: World, deployment: str) -> str:
@@ -128,14 +59,14 @@ def held_retirement(w: World, deployment: str) -> str:
 
 
 async def test_a_held_retirement_is_exported_until_it_ends_or_is_terminated_or_retried(
-    controller: Callable[[World], Awaitable[Controller]],
+    running: Callable[..., Awaitable[Running]],
 ) -> None:
-    w = visible_world()
+    w = make_world()
     aa, bb, cc = (held_retirement(w, d) for d in ("aa", "bb", "cc"))
     add_md(w, "dd", replicas=1)
     add_replicas(w, range(2), deployment="dd")
     w.temporal.running(request(1, deployment="dd"), phase=Phase.DRAINING)  # not held
-    await controller(w)
+    await running(w)
     await until(lambda: sample(w, HELD, f"{NS}/cc") == 1, "the held retirements exported")
     assert {d: sample(w, HELD, f"{NS}/{d}") for d in ("aa", "bb", "cc", "dd")} == {
         "aa": 1,
@@ -156,16 +87,16 @@ async def test_a_held_retirement_is_exported_until_it_ends_or_is_terminated_or_r
 
 
 async def test_a_failing_deployment_is_exported_until_its_reconcile_succeeds(
-    controller: Callable[[World], Awaitable[Controller]],
+    running: Callable[..., Awaitable[Running]],
 ) -> None:
-    w = visible_world()
+    w = make_world()
     for d in ("aa", "bb"):
         add_md(w, d, replicas=1)
         add_replicas(w, range(1), deployment=d)
     add_md(w, "broken", replicas=0)
     add_replicas(w, [0], deployment="broken")
     w.temporal.fail("start_workflow", rpc_error(RPCStatusCode.PERMISSION_DENIED), times=10**6)
-    ctl = await controller(w)
+    ctl = (await running(w)).controller
     ctl.queue.base_delay_s = 0.02
     await until(lambda: len(w.temporal.called("start_workflow")) >= 3, "tried three times")
     # Between attempts (its back-off) as at each: 1, and only for the broken deployment.
@@ -176,9 +107,9 @@ async def test_a_failing_deployment_is_exported_until_its_reconcile_succeeds(
 
 
 def test_the_visibility_listing_says_which_running_retirements_hold() -> None:
-    def listed(wid: str, outcome: Outcome | None) -> Listed:
+    def listed(wid: str, outcome: Outcome | None) -> FakeListed:
         pairs = [] if outcome is None else [SearchAttributePair(SA_OUTCOME, outcome.value)]
-        return Listed(wid, "r", TypedSearchAttributes(pairs))
+        return FakeListed(wid, "r", TypedSearchAttributes(pairs))
 
     assert holds(listed("retirement/a/b", Outcome.ABORTED))
     assert not holds(listed("retirement/a/b", Outcome.RUNNING))
@@ -208,3 +139,6 @@ def test_held_and_failing_series_are_removed_not_left_at_a_value() -> None:
     assert m.registry.get_sample_value(FAILING, {"deployment": "a/x"}) == 1
     m.reconciled("a/x", failed=False)
     assert m.registry.get_sample_value(FAILING, {"deployment": "a/x"}) is None
+
+
+__all__ = ["running"]  # the fixture, shared
