@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Iterator
 
 # Imported at start-up on purpose: CPython 3.11.7 can fail ("AST constructor recursion depth
 # mismatch") when hypothesis's plugin first imports it at session end, after worker threads
@@ -18,6 +19,18 @@ from temporalio.testing import WorkflowEnvironment
 
 from testbed.paths import venv_bin
 from testbed.temporal_dev import load_config, search_attribute_keys
+
+
+@pytest.fixture(autouse=True)
+def root_logging_restored() -> Iterator[None]:
+    """Give back the root logger as each test found it: a process's ``main`` under test calls
+    ``logging.basicConfig(force=True)``, whose handler would keep writing to that test's
+    captured (then closed) stderr ("--- Logging error ---" in later tests)."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def project_search_attributes() -> list[SearchAttributeKey]:  # type: ignore[type-arg]

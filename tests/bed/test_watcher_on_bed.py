@@ -4,6 +4,7 @@ cancel them, retry annotations are delivered, and it survives SIGKILL and failov
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -438,7 +439,15 @@ async def test_scale_down_under_load_fails_no_request(wctx: WatchCtx) -> None:
     load = Load(url, streams=20, min_s=1, max_s=5, max_duration_s=120).start()
     await asyncio.sleep(4)
     scale(wctx, name, 1)
-    await bed_read(lambda: not pods_of(wctx, name, 1), what="replica retired", timeout=90)
+    try:
+        await bed_read(lambda: not pods_of(wctx, name, 1), what="replica retired", timeout=90)
+    except AssertionError:
+        # Say where it stopped: the retirement's phase and reasons, and the watcher's log.
+        with contextlib.suppress(Exception):
+            st = await state(wctx, name)
+            print(f"\nretirement: {st.phase} {st.outcome} {st.reasons}")
+        print(wctx.watchers[-1].log_tail(60))
+        raise
     await asyncio.sleep(3)
     ok, failed = await asyncio.to_thread(load.stop)
     print(f"\nwatcher-driven scale-down under load: {ok} ok, {failed} failed {dict(load.failures)}")
