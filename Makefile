@@ -5,7 +5,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: venv bins demo test lint bench clean constraints
+.PHONY: chaos venv bins demo test lint bench clean constraints
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -39,6 +39,12 @@ test: venv bins
 BENCH ?=
 bench: venv bins
 	$(BIN)/python -m bench $(BENCH)
+
+# The fault campaign (issue 19): `make chaos` runs a long one; CHAOS="--seed 3 --minutes 5"
+# changes it.  Its report and timeline go to chaos/results/seed-N/.
+CHAOS ?= --seed 1 --minutes 15 --deployments 12
+chaos: venv bins
+	$(BIN)/python -m chaos $(CHAOS)
 
 # Re-pin every distribution after a dependency change in pyproject.toml.
 constraints:

@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any, TypeVar
 
 from kubernetes import client, config
@@ -65,10 +66,13 @@ class Kube:
         kubeconfig: str | None = None,
         timeout_s: float = REQUEST_TIMEOUT_S,
         connections: int = CONNECTIONS,
+        program: str = "llm-retire",
     ) -> Kube:
         """From a kubeconfig file, or in-cluster configuration when none is given.
         ``connections``: kept-alive connections to the API server (size it to the threads
-        that share this accessor: a smaller pool opens and discards one per request)."""
+        that share this accessor: a smaller pool opens and discards one per request).
+        ``program`` names the process in its User-Agent, which the API server's audit log
+        records with every request (``retire-worker/0.1.0``: who deleted this Pod)."""
         cfg = client.Configuration()
         if kubeconfig:
             config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
@@ -76,7 +80,9 @@ class Kube:
             config.load_incluster_config(client_configuration=cfg)
         cfg.proxy = None
         cfg.connection_pool_maxsize = connections
-        return cls(api=client.ApiClient(cfg), timeout_s=timeout_s)
+        api = client.ApiClient(cfg)
+        api.user_agent = f"{program}/{_version()}"
+        return cls(api=api, timeout_s=timeout_s)
 
     # The generated clients, for what the interface does not cover (list+watch streams).
     @property
@@ -219,6 +225,7 @@ class Kube:
         # upgrades (and overlapping handshakes can leave the swap in place).  Each exec gets
         # a client of its own, sharing only the configuration.
         own = client.ApiClient(self.api.configuration)
+        own.user_agent = self.api.user_agent
         try:
             return run_exec(
                 client.CoreV1Api(own).connect_get_namespaced_pod_exec,
@@ -346,3 +353,11 @@ class Kube:
             self._core.create_namespaced_event(
                 namespace, client.CoreV1Event.from_dict(event), _request_timeout=self.timeout_s
             )
+
+
+def _version() -> str:
+    """The installed package's version (``unknown`` when it runs from a bare tree)."""
+    try:
+        return metadata.version("llm-retire")
+    except metadata.PackageNotFoundError:
+        return "unknown"

@@ -60,6 +60,8 @@ def open_websocket(configuration: Any, url: str, headers: Any, *, timeout: float
     header = []
     if headers and "authorization" in headers:
         header.append(f"authorization: {headers['authorization']}")
+    if headers and headers.get("User-Agent"):  # the audit log names who read the engine
+        header.append(f"user-agent: {headers['User-Agent']}")
     header.append(f"sec-websocket-protocol: {PROTOCOLS}")
     ssl_opts: dict[str, Any]
     if url.startswith("wss://") and configuration.verify_ssl:

@@ -44,6 +44,30 @@ CRD_PATH = REPO_ROOT / "deploy" / "crd-modeldeployment.yaml"
 #: The CRDs every bed serves, by name: the product's, and Kueue's real Workload (the bed runs
 #: no Kueue controller; ``testbed.standin_workloads`` plays its part for the tests).
 CRDS = ("modeldeployments.worker.gpustack.ai", "workloads.kueue.x-k8s.io")
+# What the API server records for the fault campaign's oracle (``chaos.audit``): every write
+# to a Pod or a ModelDeployment (a delete's and a ModelDeployment write's answer carries the
+# whole object: the deleted Pod's UID and labels, the spec as stored), and each pods/exec.
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: RequestResponse
+    verbs: ["delete", "deletecollection"]
+    resources: [{group: "", resources: ["pods"]}]
+  - level: Request
+    verbs: ["patch", "update"]
+    resources: [{group: "", resources: ["pods"]}]
+  - level: Metadata
+    verbs: ["create"]
+    resources: [{group: "", resources: ["pods"]}]
+  - level: Metadata
+    resources: [{group: "", resources: ["pods/exec"]}]
+  - level: RequestResponse
+    verbs: ["create", "update", "patch", "delete"]
+    resources: [{group: "worker.gpustack.ai", resources: ["modeldeployments"]}]
+  - level: None
+"""
 STAGES = [
     "node/fast/node-initialize.yaml",
     "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
@@ -159,6 +183,16 @@ class ControlPlane:
 
         wait_until("etcd /health", healthy, timeout=60, child=child)
 
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log (JSON lines; see ``AUDIT_POLICY``)."""
+        return self.state_dir / "logs" / "audit.log"
+
+    def _audit_policy(self) -> Path:
+        path = self.state_dir / "audit-policy.yaml"
+        path.write_text(AUDIT_POLICY)
+        return path
+
     def _start_apiserver(self, etcd_port: int) -> None:
         pki = self.pki
         tokens = self.state_dir / "tokens.csv"
@@ -185,6 +219,11 @@ class ControlPlane:
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--enable-priority-and-fairness=false",
                 "--profiling=false",
+                f"--audit-policy-file={self._audit_policy()}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
+                "--audit-log-maxbackup=0",
                 "--v=0",
             ],
             log_path=self.state_dir / "logs" / "kube-apiserver.log",

@@ -38,6 +38,12 @@ class Load:
     #: a failure can be told apart (the router's own answer or an engine's) and placed on
     #: the retirement's timeline.
     samples: list[tuple[float, str, str]] = field(default_factory=list)
+    #: Every failure: (wall-clock start, end, kind), for the fault campaign's attribution.
+    failed_spans: list[tuple[float, float, str]] = field(default_factory=list)
+    #: Seconds a stream waits after a failure before its next request (0: at once).  A
+    #: router that is down refuses in microseconds: without a pause, a stream counts
+    #: thousands of failures a second, which says nothing more than one every pause.
+    pause_after_failure_s: float = 0.0
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -71,6 +77,7 @@ class Load:
                     "stream": self.stream,
                 }
                 detail = ""
+                began = time.time()
                 try:
                     good, kind, detail = self._one(http, body)
                 except (httpx.HTTPError, ValueError) as e:
@@ -81,8 +88,11 @@ class Load:
                     else:
                         self.failed += 1
                         self.failures[kind] += 1
+                        self.failed_spans.append((began, time.time(), kind))
                         if len(self.samples) < MAX_SAMPLES:
                             self.samples.append((time.time(), kind, detail[:160]))
+                if not good and self.pause_after_failure_s > 0:
+                    self._stop.wait(self.pause_after_failure_s)
 
     def _one(self, http: httpx.Client, body: dict[str, object]) -> tuple[bool, str, str]:
         """One request; (succeeded, failure kind, what was answered)."""

@@ -956,3 +956,35 @@ def test_hub_replaces_an_emulator_whose_address_is_reused() -> None:
         assert hub.names() == ["new"]
     finally:
         hub.shutdown()
+
+
+# --------------------------------------------------------------------------------------
+# the journal (the fault campaign's ground truth)
+
+
+def test_the_journal_records_each_request_and_the_hub_keeps_a_removed_pods(
+    hub: tuple[EmulatorHub, list[PodEngineSpec]], client: httpx.Client
+) -> None:
+    h, _ = hub
+    base = f"http://{LOOPBACK}:{h.control_port}"
+    pod = {"engine": "vLLM", "serve_host": LOOPBACK, "serve_port": 0, "metrics_port": 0}
+    r = client.post(f"{base}/pods", json={**pod, "name": "j", "request_seconds": 3})
+    assert r.status_code == 201, r.text
+    emu = h.get("j")
+    before = time.time()
+    assert (
+        client.post(
+            url(emu, "/v1/completions"), json={"prompt": "x", "emulate_seconds": 0.05}
+        ).status_code
+        == 200
+    )
+    held = vllm_request(emu)  # 3 s: still in flight when read, then cut by the removal
+    assert eventually(lambda: emu.in_flight == 1, timeout=QUICK, interval=0.02)
+    j = client.get(f"{base}/journal").json()["pods"]["j"]
+    ((admitted, ended, ok),) = j["ended"]
+    assert before <= admitted <= ended <= time.time() and ok is True
+    assert len(j["open"]) == 1 and j["open"][0] >= admitted
+    assert client.delete(f"{base}/pods/j").status_code == 200
+    held.join()
+    kept = client.get(f"{base}/journal").json()["pods"]["j"]
+    assert kept["open"] == [] and [e[2] for e in kept["ended"]] == [True, False]

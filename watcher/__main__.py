@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValidationError as e:
         return fail(PROG, 2, f"--budgets: {_budgets_error(e)}")
     try:
-        kube = Kube.from_config(kubeconfig=a.kubeconfig)
+        kube = Kube.from_config(kubeconfig=a.kubeconfig, program=PROG)
         if a.leader_elect:
             # The Lease lock talks through the client's default configuration: load it too.
             if a.kubeconfig:

@@ -49,7 +49,9 @@ def load_kube(cfg: WorkerConfig) -> Kube | None:
         return None
     try:
         return Kube.from_config(
-            kubeconfig=cfg.kubeconfig, connections=cfg.max_concurrent_activities
+            kubeconfig=cfg.kubeconfig,
+            connections=cfg.max_concurrent_activities,
+            program="retire-worker",
         )
     except Exception as e:  # a missing file, bad YAML, not a kubeconfig, no cluster env
         raise StartupError(kubeconfig_error(cfg.kubeconfig, e)) from e

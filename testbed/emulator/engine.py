@@ -21,6 +21,7 @@ SIGKILL); :meth:`EngineEmulator.terminate` starts that.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import math
@@ -85,6 +86,8 @@ SGLang's only; SGLang 0.5.21 has no ``/get_load`` (0.5.18 still had it, as a dep
 wrapper of ``/v1/loads``)."""
 
 SGLANG_VERSION = "0.5.21"
+#: Requests an emulator keeps in its journal (the oldest are dropped first).
+JOURNAL_MAX = 50_000
 """What the emulated SGLang says it is (``/v1/loads``'s ``version``)."""
 
 
@@ -129,6 +132,8 @@ class _Ticket:
     connection: socket.socket | None = None
     rank: int = -1
     started_at: float = 0.0
+    #: Wall-clock time of admission (the fault campaign's journal; the audit log's clock).
+    admitted_wall: float = 0.0
 
 
 class EngineEmulator:
@@ -211,6 +216,12 @@ class EngineEmulator:
         self._sigterm = False
         # SGLang's ``rid_to_state``: the ids of the requests in flight in this process.
         self._rids: set[str] = set()
+        # Every generation request's admission and end (wall clock) and whether it was
+        # answered, for the fault campaign's oracle (``chaos.oracle``): kept across restarts.
+        self._journal: collections.deque[tuple[float, float, bool]] = collections.deque(
+            maxlen=JOURNAL_MAX
+        )
+        self._open: set[_Ticket] = set()
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -536,6 +547,16 @@ class EngineEmulator:
         with self._lock:
             return self._aborted
 
+    def journal(self) -> dict[str, Any]:
+        """Every generation request this emulator admitted: ``ended`` as ``[admitted,
+        ended, ok]`` (wall clock, oldest first, the last ``JOURNAL_MAX``) and ``open``, the
+        admission times of those still in flight."""
+        with self._lock:
+            return {
+                "ended": [list(e) for e in self._journal],
+                "open": sorted(t.admitted_wall for t in self._open),
+            }
+
     def status(self) -> dict[str, Any]:
         """A JSON-able view of the emulator, its traps and its true (untrapped) state
         (SGLang: the counters include its warmup request; ``schedulers`` shows what each
@@ -594,7 +615,7 @@ class EngineEmulator:
             if not self._running:
                 raise Cut
             self._in_flight += 1
-            return _Ticket(
+            ticket = _Ticket(
                 self._generation,
                 self._halt,
                 self._traps.hidden,
@@ -605,7 +626,10 @@ class EngineEmulator:
                 # vLLM notices a client that goes away at once (``with_cancellation``,
                 # Starlette's ``StreamingResponse.listen_for_disconnect``) and aborts.
                 connection=connection if self.engine is EngineKind.VLLM else None,
+                admitted_wall=time.time(),
             )
+            self._open.add(ticket)
+            return ticket
 
     def _begin(self, ticket: _Ticket) -> None:
         """The request enters the scheduler: counted as running on the least busy rank."""
@@ -630,6 +654,8 @@ class EngineEmulator:
         """The request finished (``ok``) or was cut."""
         with self._lock:
             self._in_flight -= 1
+            self._open.discard(ticket)
+            self._journal.append((ticket.admitted_wall, time.time(), ok))
             if ok:
                 self._completed += 1
             else:

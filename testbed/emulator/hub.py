@@ -21,13 +21,18 @@ from testbed.emulator.wire import BadRequest, Handler, Server, read_json, send_j
 __all__ = ["EmulatorHub"]
 
 
+#: Removed emulators whose journals the hub keeps.
+DEPARTED_MAX = 5_000
+
+
 class EmulatorHub:
     """Many emulators in one process, driven by a JSON control API over HTTP.
 
     Routes: ``GET /health``; ``GET /pods``; ``POST /pods`` (create and start);
     ``GET /pods/{name}``; ``DELETE /pods/{name}``; ``POST /pods/{name}/restart``;
     ``POST /pods/{name}/stop``; ``POST /pods/{name}/start``;
-    ``POST /pods/{name}/traps``; ``POST /pods/{name}/terminate`` (the kubelet's
+    ``POST /pods/{name}/traps``; ``GET /journal`` (every request each emulator admitted,
+    removed ones' included); ``POST /pods/{name}/terminate`` (the kubelet's
     termination: ``{"prestop_seconds": s, "grace_seconds": g}``, started in the background;
     the Pod's status shows ``termination.phase`` and, at the end, ``exit``).
     ``on_add(spec)`` runs before an emulator binds (for example to put its address on an
@@ -45,6 +50,8 @@ class EmulatorHub:
         self._on_add = on_add or (lambda spec: None)
         self._on_remove = on_remove or (lambda spec: None)
         self._pods: dict[str, EngineEmulator] = {}
+        # The journals of removed emulators (``GET /journal``), the oldest dropped first.
+        self._departed: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._state = threading.Lock()
         self._serving = False
@@ -118,18 +125,35 @@ class EmulatorHub:
                 or (spec.metrics_port and e.spec.metrics_port == spec.metrics_port)
             ]
             for name in stale:
-                self._pods.pop(name).stop()
+                old = self._pods.pop(name)
+                old.stop()
+                self._departed[name] = old.journal()
             self._on_add(spec)
             emu.start()
             self._pods[spec.name] = emu
         return emu
 
     def remove(self, name: str) -> None:
-        """Stop and forget an emulator; ``KeyError`` if unknown."""
+        """Stop and forget an emulator (its journal is kept); ``KeyError`` if unknown."""
         with self._lock:
             emu = self._pods.pop(name)
         emu.stop()
+        self._keep_journal(name, emu)
         self._on_remove(emu.spec)
+
+    def _keep_journal(self, name: str, emu: EngineEmulator) -> None:
+        with self._lock:
+            self._departed[name] = emu.journal()
+            while len(self._departed) > DEPARTED_MAX:
+                self._departed.pop(next(iter(self._departed)))
+
+    def journals(self) -> dict[str, dict[str, Any]]:
+        """Every emulator's request journal, the removed ones' included (by hub name)."""
+        with self._lock:
+            out = dict(self._departed)
+            live = dict(self._pods)
+        out.update({name: emu.journal() for name, emu in live.items()})
+        return out
 
     def get(self, name: str) -> EngineEmulator:
         """The emulator called ``name``; ``KeyError`` if unknown."""
@@ -149,6 +173,8 @@ class EmulatorHub:
         body = read_json(handler) if method != "GET" else {}
         if parts == ["health"] and method == "GET":
             send_json(handler, 200, {"ok": True, "pods": len(self.names())})
+        elif parts == ["journal"] and method == "GET":
+            send_json(handler, 200, {"pods": self.journals()})
         elif parts == ["pods"] and method == "GET":
             statuses = []
             for name in self.names():

@@ -55,3 +55,35 @@ def test_exec_handshake_leaves_the_shared_api_client_alone(
         t.join(5)
     assert results and results[0].error, results
     assert "call_api" not in vars(kube.api)
+
+
+def test_every_request_and_the_exec_handshake_carry_the_programs_user_agent(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API server's audit log records the User-Agent: "who deleted this Pod" reads
+    ``retire-worker/<version>``, for plain requests and for each pods/exec."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    kube = Kube.from_config(kubeconfig=str(kubeconfig), program="retire-worker")
+    assert kube.api.user_agent.startswith("retire-worker/")
+    sent: list[list[str]] = []
+
+    class Recorder:
+        def __init__(self, **_: Any) -> None:
+            pass
+
+        def connect(self, url: str, *, header: list[str], **_: Any) -> None:
+            sent.append(header)
+            raise ConnectionRefusedError("recorded")
+
+    monkeypatch.setattr(podexec, "WebSocket", Recorder)
+    result = kube.exec_pod(
+        namespace="ns", name="p", container="engine", argv=["true"], timeout_s=2, output_cap=64
+    )
+    assert result.error and sent
+    assert f"user-agent: {kube.api.user_agent}" in sent[0]

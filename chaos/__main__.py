@@ -1,0 +1,62 @@
+"""``python -m chaos --seed S --minutes M --deployments D``: one fault campaign on the bed,
+its report printed and saved (``--out``); exit 1 when an invariant is broken."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from chaos.campaign import campaign
+from chaos.report import save, text
+from chaos.schedule import draw
+from testbed.bed import Bed
+from testbed.paths import REPO_ROOT
+from testbed.procs import exit_on_sigterm
+
+NAMESPACE = "chaos"
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m chaos", description=__doc__)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--minutes", type=float, default=15.0, help="how long actions are drawn")
+    p.add_argument("--deployments", type=int, default=12)
+    p.add_argument("--settle", type=float, default=240.0, help="seconds to converge after")
+    p.add_argument("--streams", type=int, default=3, help="request streams per routed deployment")
+    p.add_argument("--out", type=Path, default=REPO_ROOT / "chaos" / "results")
+    a = p.parse_args(argv)
+    if a.minutes <= 0 or a.deployments < 1 or a.settle <= 0 or a.streams < 1:
+        p.error("--minutes, --settle must be positive; --deployments, --streams at least 1")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse(argv)
+    plan = draw(seed=a.seed, seconds=a.minutes * 60, deployments=a.deployments)
+    exit_on_sigterm()  # a timeout's SIGTERM still stops the bed
+    bed = Bed(state_dir=REPO_ROOT / ".bed" / "chaos")
+    try:
+        print("starting the bed (control plane with the audit log, emulator hub)", flush=True)
+        bed.start()
+        bed.create_namespace(NAMESPACE)
+        r = asyncio.run(
+            campaign(
+                plan,
+                bed=bed,
+                namespace=NAMESPACE,
+                state_dir=bed.state_dir / "campaign",
+                settle_s=a.settle,
+                streams=a.streams,
+            )
+        )
+    finally:
+        bed.stop()
+    print(text(r))
+    print(f"report: {save(r, a.out / f'seed-{a.seed}')}")
+    return 0 if r["verdict"].ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,447 @@
+"""One fault campaign on the bed: the product as deployed (worker and watcher processes,
+the Temporal dev server, real routers, the engine emulator under streaming load), a seeded
+plan of scale changes and faults, a settle period, then the oracle's verdict on evidence
+the product does not write.
+
+The settle period plays the operator once: a retirement still held after the faults ended
+is sent a retry token through the project's CLI (``retire retry``), as a person would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from chaos import audit as audit_log
+from chaos.oracle import ClientFailure, Fault, Journal, Settled, judge
+from chaos.schedule import Action, Plan
+from retirement.models import RetirementState
+from retirement.names import GROUP, LABEL_ELIGIBLE, LABEL_INSTANCE, LABEL_ORDINAL, PLURAL, VERSION
+from retirement.phases import Outcome
+from testbed.bed import ROUTERS, Bed
+from testbed.load import Load, warm_up
+from testbed.procs import Child, free_port, wait_until
+from testbed.standin_operator import router_pod_name
+from testbed.temporal_dev import load_config, start_dev_server
+from testbed.worker_process import start_worker_process
+
+QUEUE = "chaos"
+QUERY = "WorkflowType = 'Retirement'"
+
+
+def say(msg: str) -> None:
+    """Progress, on one line."""
+    print(f"[chaos {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def manifest(name: str, engine: str, router: str | None, replicas: int) -> dict[str, Any]:
+    """A one-role ModelDeployment (``router``: the real router program in front of it)."""
+    spec: dict[str, Any] = {
+        "engine": {"name": engine, "version": "0.29.0" if engine == "vLLM" else "0.5.21"},
+        "roles": [{"name": "server", "kind": "Server", "replicas": replicas, "size": 1}],
+    }
+    if router:
+        spec["router"] = {"kind": ROUTERS[router]}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ModelDeployment",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def start_worker(bed: Bed, target: str, n: int) -> Child:
+    """The product's worker process (``python -m worker``), its log numbered ``n``."""
+    return start_worker_process(bed, target=target, queue=QUEUE, tag=f"chaos-{n}")
+
+
+def start_watcher(bed: Bed, target: str, n: int, namespace: str) -> Child:
+    """The product's watcher process over the campaign's namespace, once its caches synced."""
+    child = bed.watcher(
+        address=target,
+        task_queue=QUEUE,
+        watch_namespace=namespace,
+        log_path=bed.state_dir / "logs" / f"watcher-chaos-{n}.log",
+        resync_s=10.0,
+    )
+    wait_until("watcher ready", lambda: "caches synced" in child.log_tail(), timeout=60)
+    return child
+
+
+@dataclass
+class Run:
+    """The live campaign: the bed's processes and what was recorded along the way."""
+
+    bed: Bed
+    plan: Plan
+    target: str
+    temporal: Client
+    worker: Child
+    watcher: Child
+    ns: str
+    urls: dict[str, str] = field(default_factory=dict)
+    loads: dict[str, Load] = field(default_factory=dict)
+    faults: list[Fault] = field(default_factory=list)
+    actions: list[tuple[float, Action]] = field(default_factory=list)
+    restarts: int = 0
+    _busy: set[str] = field(default_factory=set)
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.bed.api_client())
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.bed.api_client())
+
+    # ------------------------------------------------------------------ the processes
+
+    def start_worker(self) -> Child:
+        self.restarts += 1
+        return start_worker(self.bed, self.target, self.restarts)
+
+    def start_watcher(self) -> Child:
+        self.restarts += 1
+        return start_watcher(self.bed, self.target, self.restarts, self.ns)
+
+    # ------------------------------------------------------------------ actions
+
+    async def act(self, a: Action) -> None:
+        """Carry out one action (a fault runs for its duration; one of a kind at a time)."""
+        key = a.kind if a.target == "*" else f"{a.kind}:{a.target}"
+        if key in self._busy:
+            return
+        self._busy.add(key)
+        self.actions.append((time.time(), a))
+        try:
+            await getattr(self, "_" + a.kind.replace("-", "_"))(a)
+        except Exception as e:  # a fault that could not be applied is reported, not fatal
+            say(f"{a.kind} {a.target}: {type(e).__name__}: {e}")
+        finally:
+            self._busy.discard(key)
+
+    async def _scale(self, a: Action) -> None:
+        body = {
+            "spec": {
+                "roles": [{"name": "server", "kind": "Server", "replicas": int(a.value), "size": 1}]
+            }
+        }
+        await asyncio.to_thread(
+            self.custom.patch_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            self.ns,
+            PLURAL,
+            a.target,
+            body,
+        )
+
+    async def _kill_worker(self, a: Action) -> None:
+        t0 = time.time()
+        self.worker.kill()
+        await asyncio.sleep(a.value)
+        self.worker = await asyncio.to_thread(self.start_worker)
+        self.faults.append(Fault("kill-worker", t0, time.time(), "*"))
+
+    async def _kill_watcher(self, a: Action) -> None:
+        t0 = time.time()
+        self.watcher.kill()
+        await asyncio.sleep(a.value)
+        self.watcher = await asyncio.to_thread(self.start_watcher)
+        self.faults.append(Fault("kill-watcher", t0, time.time(), "*"))
+
+    async def _kill_router(self, a: Action) -> None:
+        dep = next(d for d in self.plan.deployments if d.name == a.target)
+        assert dep.router is not None
+        t0 = time.time()
+        child = self.bed.routers.pop(router_pod_name(dep.name))
+        child.kill()
+        await asyncio.sleep(a.value)
+        try:
+            await asyncio.to_thread(
+                self.bed.start_router, self.ns, dep.name, program=dep.router, timeout=60
+            )
+        finally:
+            self.faults.append(Fault("kill-router", t0, time.time(), dep.name))
+
+    async def _stall_apiserver(self, a: Action) -> None:
+        api = next(c for c in self.bed.cp.children if c.name == "kube-apiserver")
+        t0 = time.time()
+        os.kill(api.pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(a.value)
+        finally:
+            os.kill(api.pid, signal.SIGCONT)
+            self.faults.append(Fault("stall-apiserver", t0, time.time(), "*"))
+
+    async def _relabel(self, a: Action) -> None:
+        """A person puts the eligibility label back on the deployment's unlabelled Pods."""
+        pods = await asyncio.to_thread(
+            self.core.list_namespaced_pod, self.ns, label_selector=f"{LABEL_INSTANCE}={a.target}"
+        )
+        t0 = time.time()
+        for p in pods.items:
+            labels = p.metadata.labels or {}
+            if p.metadata.deletion_timestamp is None and labels.get(LABEL_ELIGIBLE) != "true":
+                body = {"metadata": {"labels": {LABEL_ELIGIBLE: "true"}}}
+                await asyncio.to_thread(
+                    self.core.patch_namespaced_pod, p.metadata.name, self.ns, body
+                )
+                self.faults.append(Fault("relabel", t0, time.time(), a.target))
+
+    # ------------------------------------------------------------------ settle and judge
+
+    async def retirements(self, *, running_only: bool) -> list[tuple[Any, RetirementState | None]]:
+        """Every retirement run (or the running ones) with its state (None: unreadable)."""
+        query = QUERY + (" AND ExecutionStatus = 'Running'" if running_only else "")
+        out = []
+        async for wf in self.temporal.list_workflows(query):
+            handle = self.temporal.get_workflow_handle(wf.id, run_id=wf.run_id)
+            st: RetirementState | None = None
+            with contextlib.suppress(Exception):
+                st = await asyncio.wait_for(
+                    handle.query("state", result_type=RetirementState), timeout=20
+                )
+            out.append((wf, st))
+        return out
+
+    async def retry_held(self) -> int:
+        """Send a retry token (the project's CLI) to every held retirement."""
+        sent = 0
+        for _wf, st in await self.retirements(running_only=True):
+            if st is None or st.outcome is not Outcome.ABORTED:
+                continue
+            ref = f"{st.request.namespace}/{st.request.deployment}"
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "cli",
+                "retry",
+                ref,
+                "--address",
+                self.target,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+            out, _ = await proc.communicate()
+            say(f"retry {ref}: {out.decode(errors='replace').strip()[:160]}")
+            sent += 1
+        return sent
+
+    def settled(self, running: dict[str, int]) -> list[Settled]:
+        """Each deployment as it stands: declared, present and eligible Pods."""
+        out = []
+        for dep in self.plan.deployments:
+            md = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, dep.name)
+            declared = sum(
+                int(r.get("replicas", 0)) * int(r.get("size", 1)) for r in md["spec"]["roles"]
+            )
+            pods = [
+                p
+                for p in self.core.list_namespaced_pod(
+                    self.ns, label_selector=f"{LABEL_INSTANCE}={dep.name},{LABEL_ORDINAL}"
+                ).items
+                if p.metadata.deletion_timestamp is None
+            ]
+            eligible = sum((p.metadata.labels or {}).get(LABEL_ELIGIBLE) == "true" for p in pods)
+            out.append(Settled(dep.name, declared, len(pods), eligible, running.get(dep.name, 0)))
+        return out
+
+    async def running_by_deployment(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for _wf, st in await self.retirements(running_only=True):
+            name = st.request.deployment if st else "?"
+            counts[name] = counts.get(name, 0) + 1
+        return counts
+
+
+async def settle(run: Run, *, seconds: float) -> list[Settled]:
+    """After the faults: retry held retirements, then wait (bounded) for convergence."""
+    deadline = time.monotonic() + seconds
+    retried_at = time.monotonic() + min(30.0, seconds / 3)
+    retried = False
+    while True:
+        running = await run.running_by_deployment()
+        now = await asyncio.to_thread(run.settled, running)
+        if all(s.pods == s.declared == s.eligible and not s.running_retirements for s in now):
+            return now
+        if time.monotonic() >= deadline:
+            return now
+        if not retried and time.monotonic() >= retried_at:
+            retried = True
+            n = await run.retry_held()
+            say(f"settle: {n} held retirement(s) sent a retry token")
+        await asyncio.sleep(3)
+
+
+def evidence_failures(run: Run) -> list[ClientFailure]:
+    return [
+        ClientFailure(name, start, end, kind)
+        for name, load in run.loads.items()
+        for start, end, kind in load.failed_spans
+    ]
+
+
+async def campaign(
+    plan: Plan,
+    *,
+    bed: Bed,
+    namespace: str,
+    state_dir: Path,
+    settle_s: float,
+    streams: int,
+) -> dict[str, Any]:
+    """Run ``plan`` in ``namespace`` of a running ``bed`` (its own Temporal dev server, worker
+    and watcher, under ``state_dir``); returns the report's data (``verdict`` included)."""
+    dev = None
+    run: Run | None = None
+    t_start = time.time()
+    audit_from = bed.cp.audit_log.stat().st_size if bed.cp.audit_log.exists() else 0
+    try:
+        cfg = load_config().with_ports(
+            port=free_port("127.0.0.1"),
+            http_port=free_port("127.0.0.1"),
+            ui_port=free_port("127.0.0.1"),
+            metrics_port=free_port("127.0.0.1"),
+            db_filename=state_dir / "temporal.db",
+        )
+        cfg.db_filename.unlink(missing_ok=True)
+        dev = start_dev_server(cfg, log_dir=state_dir / "logs")
+        temporal = await Client.connect(
+            cfg.address, namespace=cfg.namespace, data_converter=pydantic_data_converter
+        )
+        custom = client.CustomObjectsApi(bed.api_client())
+        for d in plan.deployments:
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, manifest(d.name, d.engine, d.router, 2)
+            )
+        bed.operator(namespace)
+        core = client.CoreV1Api(bed.api_client())
+        want = 2 * len(plan.deployments)
+        wait_until(
+            f"{want} serving Pods",
+            lambda: (
+                len(
+                    core.list_namespaced_pod(
+                        namespace, label_selector=f"{LABEL_ELIGIBLE}=true"
+                    ).items
+                )
+                >= want
+            ),
+            timeout=180,
+        )
+        run = Run(
+            bed=bed,
+            plan=plan,
+            target=cfg.address,
+            temporal=temporal,
+            worker=start_worker(bed, cfg.address, 0),
+            watcher=start_watcher(bed, cfg.address, 0, namespace),
+            ns=namespace,
+        )
+        for d in plan.deployments:
+            if d.router:
+                run.urls[d.name] = bed.start_router(namespace, d.name, program=d.router)
+        for name, url in run.urls.items():
+            warm_up(url)
+            run.loads[name] = Load(
+                url,
+                streams=streams,
+                min_s=0.5,
+                max_s=4.0,
+                max_duration_s=plan.seconds + settle_s + 120,
+                pause_after_failure_s=0.25,
+            ).start()
+        say(
+            f"{len(plan.deployments)} deployments serving, load on {len(run.loads)}; "
+            f"{len(plan.actions)} actions over {plan.seconds:g} s"
+        )
+        t0 = time.monotonic()
+        tasks = []
+        for i, a in enumerate(plan.actions):
+            await asyncio.sleep(max(0.0, t0 + a.at - time.monotonic()))
+            tasks.append(asyncio.create_task(run.act(a)))
+            if i % 10 == 0:
+                say(f"action {i + 1}/{len(plan.actions)}: {a.kind} {a.target} {a.value:g}")
+        await asyncio.sleep(max(0.0, t0 + plan.seconds - time.monotonic()))
+        await asyncio.gather(*tasks)
+        faults_over = time.time()
+        say(f"faults over; settling (at most {settle_s:g} s)")
+        settled = await settle(run, seconds=settle_s)
+        await asyncio.sleep(3)
+        for load in run.loads.values():
+            await asyncio.to_thread(load.stop)
+        states = await run.retirements(running_only=False)
+        admitted = {
+            m.uid
+            for _wf, st in states
+            if st is not None and st.target is not None
+            for m in st.target.members
+        }
+        journals = {
+            name: Journal([(e[0], e[1], e[2]) for e in j["ended"]], list(j["open"]))
+            for name, j in bed.hub_call("GET", "/journal")["pods"].items()
+        }
+        audit = audit_log.read_file(bed.cp.audit_log, offset=audit_from).only(namespace)
+        failures = evidence_failures(run)
+        verdict = judge(
+            audit=audit,
+            journals=journals,
+            admitted_uids=admitted,
+            faults=run.faults,
+            failures=failures,
+            settled=settled,
+        )
+        outcomes: dict[str, int] = {}
+        for _wf, st in states:
+            key = str(st.outcome) if st else "unreadable"
+            outcomes[key] = outcomes.get(key, 0) + 1
+        return {
+            "seed": plan.seed,
+            "seconds": plan.seconds,
+            "deployments": [d.__dict__ for d in plan.deployments],
+            "started": t_start,
+            "faults_over": faults_over,
+            "ended": time.time(),
+            "actions": [(t, a.kind, a.target, a.value) for t, a in run.actions],
+            "faults": [f.__dict__ for f in run.faults],
+            "retirements": len(states),
+            "outcomes": outcomes,
+            "timelines": [
+                (
+                    st.request.deployment,
+                    [(str(p), t.timestamp()) for p, t in st.phase_timeline],
+                    str(st.outcome),
+                )
+                for _wf, st in states
+                if st is not None
+            ],
+            "deletes": [(d.at, d.namespace, d.name, d.agent) for d in audit.deletes],
+            "worker_deletes": sum(d.by_worker for d in audit.deletes),
+            "execs": len(audit.execs),
+            "exec_agents": sorted({agent for _ns, agent in audit.execs}),
+            "requests": {n: (ld.ok, ld.failed) for n, ld in run.loads.items()},
+            "failures": [f.__dict__ for f in failures],
+            "settled": [s.__dict__ for s in settled],
+            "verdict": verdict,
+        }
+    finally:
+        if run is not None:
+            for load in run.loads.values():
+                load._stop.set()
+            for c in (run.watcher, run.worker):
+                with contextlib.suppress(Exception):
+                    c.stop(timeout=5)
+        if dev is not None:
+            dev.stop(timeout=10)

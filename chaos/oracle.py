@@ -1,0 +1,201 @@
+"""The campaign's judge: the safety invariants, checked against evidence the product does
+not write (the API server's audit log, the engines' own request journals, the load
+generator's record), never against the product's view of itself.  Pure: every input is a
+value, so each invariant is unit-tested with a violation it must catch.
+
+1. ``in-flight``: no Pod deleted by the worker while its engine had a request in flight,
+   nor after it received one within ``window_s`` before the delete.
+2. ``admitted``: every Pod the worker deleted was deleted with its UID as precondition,
+   was a member of a retirement's admitted target, and its ordinal was not declared by
+   the spec when the server received the delete.
+3. ``attributed``: every failed client request overlaps an injected fault on its own
+   path (``ON_PATH``: that deployment's router), with a grace after it.
+4. ``converged``: after the settle period each deployment has its declared Pods, all of
+   them eligible, and no retirement is running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from chaos.audit import Audit, PodDelete
+
+#: The fault kinds that sit on a client request's path (its router): only these excuse a
+#: failed request.  A killed worker or watcher, a stalled API server or a label put back
+#: by hand must cost no request.
+ON_PATH = frozenset({"kill-router"})
+
+#: Seconds after an injected fault during which a client failure is still its doing (a
+#: router restarts and re-learns its workers; a retried stream ends).
+FAULT_GRACE_S = 15.0
+
+
+@dataclass(frozen=True)
+class Journal:
+    """One engine's requests as it recorded them: ``(admitted, ended, ok)`` and the
+    admission times of those still open (wall clock)."""
+
+    ended: list[tuple[float, float, bool]]
+    open: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An injected fault: its kind, its span and what it hits (a deployment's name, or
+    ``*`` for every path)."""
+
+    kind: str
+    start: float
+    end: float
+    target: str
+
+
+@dataclass(frozen=True)
+class ClientFailure:
+    """A failed client request through a deployment's router."""
+
+    deployment: str
+    start: float
+    end: float
+    kind: str
+
+
+@dataclass(frozen=True)
+class Settled:
+    """One deployment after the settle period."""
+
+    name: str
+    declared: int  #: Pods the spec declares (replicas x group size)
+    pods: int  #: Pods present (not terminating)
+    eligible: int  #: of those, labelled endpoint-eligible
+    running_retirements: int
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken invariant, with the evidence that shows it."""
+
+    invariant: str
+    subject: str
+    evidence: str
+
+
+@dataclass
+class Verdict:
+    """Every invariant's result."""
+
+    checked: dict[str, int]  #: invariant -> cases checked
+    violations: list[Violation]
+
+    @property
+    def ok(self) -> bool:
+        """No invariant broken."""
+        return not self.violations
+
+    def failed(self, invariant: str) -> list[Violation]:
+        """The violations of one invariant."""
+        return [v for v in self.violations if v.invariant == invariant]
+
+
+def in_flight_at_delete(
+    d: PodDelete, journal: Journal | None, *, window_s: float
+) -> Violation | None:
+    """Invariant 1 for one delete."""
+    if journal is None:
+        return None  # no engine ever ran for this Pod (it never became ready)
+    busy = [a for a in journal.open if a <= d.at]
+    busy += [a for a, e, _ok in journal.ended if a <= d.at < e]
+    if busy:
+        return Violation(
+            "in-flight",
+            f"{d.namespace}/{d.name} ({d.uid})",
+            f"deleted at {d.at:.3f} with {len(busy)} request(s) in flight, admitted at "
+            + ", ".join(f"{a:.3f}" for a in sorted(busy)[:5]),
+        )
+    recent = [a for a, _e, _ok in journal.ended if d.at - window_s < a <= d.at]
+    if recent:
+        return Violation(
+            "in-flight",
+            f"{d.namespace}/{d.name} ({d.uid})",
+            f"deleted at {d.at:.3f}, {d.at - max(recent):.3f} s after its engine was last "
+            f"sent a request (window {window_s:g} s)",
+        )
+    return None
+
+
+def admitted_delete(d: PodDelete, audit: Audit, admitted_uids: set[str]) -> Violation | None:
+    """Invariant 2 for one delete."""
+    subject = f"{d.namespace}/{d.name} ({d.uid})"
+    if d.precondition_uid != d.uid:
+        return Violation(
+            "admitted", subject, f"deleted with UID precondition {d.precondition_uid!r}"
+        )
+    if d.uid not in admitted_uids:
+        return Violation("admitted", subject, "no retirement admitted this Pod UID")
+    declared = audit.declared(d.namespace, d.deployment, d.at)
+    if d.ordinal is None:
+        return Violation("admitted", subject, "the deleted Pod carried no ordinal label")
+    if declared is not None and d.ordinal < declared.get(d.role, 0):
+        return Violation(
+            "admitted",
+            subject,
+            f"at {d.at:.3f} the spec declared {d.role} replicas={declared.get(d.role)}, "
+            f"which includes ordinal {d.ordinal}",
+        )
+    return None
+
+
+def attributed(failure: ClientFailure, faults: Iterable[Fault]) -> Violation | None:
+    """Invariant 3 for one failed request."""
+    for f in faults:
+        if f.kind not in ON_PATH or f.target not in ("*", failure.deployment):
+            continue
+        if failure.start <= f.end + FAULT_GRACE_S and failure.end >= f.start:
+            return None
+    return Violation(
+        "attributed",
+        failure.deployment,
+        f"request {failure.start:.3f}-{failure.end:.3f} failed ({failure.kind}) "
+        "with no fault on its path (" + ", ".join(sorted(ON_PATH)) + ")",
+    )
+
+
+def converged(s: Settled) -> Violation | None:
+    """Invariant 4 for one deployment."""
+    if s.pods == s.declared == s.eligible and s.running_retirements == 0:
+        return None
+    return Violation(
+        "converged",
+        s.name,
+        f"declared {s.declared} Pods, {s.pods} present, {s.eligible} eligible, "
+        f"{s.running_retirements} retirement(s) still running",
+    )
+
+
+def judge(
+    *,
+    audit: Audit,
+    journals: Mapping[str, Journal],
+    admitted_uids: set[str],
+    faults: list[Fault],
+    failures: list[ClientFailure],
+    settled: list[Settled],
+    window_s: float = 1.0,
+) -> Verdict:
+    """Check every invariant over the whole run."""
+    product = [d for d in audit.deletes if d.by_worker]
+    out: list[Violation | None] = []
+    out += [in_flight_at_delete(d, journals.get(d.hub_name), window_s=window_s) for d in product]
+    out += [admitted_delete(d, audit, admitted_uids) for d in product]
+    out += [attributed(f, faults) for f in failures]
+    out += [converged(s) for s in settled]
+    return Verdict(
+        checked={
+            "in-flight": len(product),
+            "admitted": len(product),
+            "attributed": len(failures),
+            "converged": len(settled),
+        },
+        violations=[v for v in out if v is not None],
+    )

@@ -1,0 +1,88 @@
+"""The campaign's plan, drawn from a seed before anything runs: the deployments (shape and
+router) and every action with its time, so a run can be repeated from its seed as far as
+the bed allows (the product's own timing is not in the seed)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+#: Router programs the deployments are put behind, in turn (None: router-less).
+ROUTER_CYCLE: tuple[str | None, ...] = ("sglang-router", "vllm-router", "smg", None)
+MAX_REPLICAS = 3
+
+#: Action kinds and their weights.  ``scale`` changes the spec; the others are faults.
+WEIGHTS = {
+    "scale": 0.60,
+    "kill-router": 0.10,
+    "kill-worker": 0.08,
+    "kill-watcher": 0.08,
+    "stall-apiserver": 0.06,
+    "relabel": 0.08,
+}
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One deployment of the campaign."""
+
+    name: str
+    engine: str  #: the CRD's engine name
+    router: str | None  #: the router program in front of it (None: router-less)
+
+
+@dataclass(frozen=True)
+class Action:
+    """One step: at ``at`` seconds after the start, ``kind`` on ``target`` (a deployment,
+    or ``*``); ``value`` is the new replica count of a scale, or a fault's duration."""
+
+    at: float
+    kind: str
+    target: str
+    value: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the seed decides."""
+
+    seed: int
+    seconds: float
+    deployments: list[Deployment]
+    actions: list[Action]
+
+
+def draw(*, seed: int, seconds: float, deployments: int, first_at: float = 8.0) -> Plan:
+    """The plan of a campaign: ``deployments`` deployments of 2 replicas each, then actions
+    every 2-6 s until ``seconds``."""
+    if deployments < 1 or seconds <= 0:
+        raise ValueError("a campaign needs a deployment and a duration")
+    rng = random.Random(seed)
+    deps = []
+    for i in range(deployments):
+        router = ROUTER_CYCLE[i % len(ROUTER_CYCLE)]
+        engine = "SGLang" if router == "sglang-router" and i % 8 == 0 else "vLLM"
+        deps.append(Deployment(name=f"c{i:02d}", engine=engine, router=router))
+    replicas = {d.name: 2 for d in deps}
+    routed = [d.name for d in deps if d.router]
+    kinds, weights = zip(*WEIGHTS.items(), strict=True)
+    actions: list[Action] = []
+    t = first_at
+    while t < seconds:
+        kind = rng.choices(kinds, weights)[0]
+        if kind == "scale":
+            name = rng.choice(deps).name
+            n = replicas[name]
+            up = n == 1 or (n < MAX_REPLICAS and rng.random() < 0.35)
+            replicas[name] = n + 1 if up else n - 1
+            actions.append(Action(t, kind, name, replicas[name]))
+        elif kind == "kill-router" and routed:
+            actions.append(Action(t, kind, rng.choice(routed), round(rng.uniform(1, 6), 1)))
+        elif kind in ("kill-worker", "kill-watcher"):
+            actions.append(Action(t, kind, "*", round(rng.uniform(1, 10), 1)))
+        elif kind == "stall-apiserver":
+            actions.append(Action(t, kind, "*", round(rng.uniform(3, 15), 1)))
+        elif kind == "relabel":
+            actions.append(Action(t, kind, rng.choice(deps).name, 0))
+        t += rng.uniform(2, 6)
+    return Plan(seed=seed, seconds=seconds, deployments=deps, actions=actions)

@@ -1,0 +1,237 @@
+"""The fault campaign's judge: each invariant catches the violation it exists for, and the
+audit log reader reads the API server's own event format."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from chaos import audit
+from chaos.oracle import (
+    ClientFailure,
+    Fault,
+    Journal,
+    Settled,
+    admitted_delete,
+    attributed,
+    converged,
+    in_flight_at_delete,
+    judge,
+)
+from chaos.schedule import draw
+from retirement.names import GROUP, LABEL_COMPONENT, LABEL_INSTANCE, LABEL_ORDINAL
+
+T = 1_800_000_000.0  # the delete's time in these cases
+UID = "0f1e2d3c-aaaa-bbbb-cccc-000000000001"
+
+
+def stamp(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
+
+
+def delete_event(
+    t: float = T,
+    *,
+    agent: str = "retire-worker/0.1.0",
+    precondition: str | None = UID,
+    code: int = 200,
+    ordinal: str = "1",
+) -> str:
+    """A Pod DELETE as the API server records it at RequestResponse level."""
+    ev: dict[str, Any] = {
+        "kind": "Event",
+        "level": "RequestResponse",
+        "stage": "ResponseComplete",
+        "verb": "delete",
+        "userAgent": agent,
+        "objectRef": {"resource": "pods", "namespace": "chaos", "name": "c00-server-1"},
+        "responseStatus": {"metadata": {}, "code": code},
+        "requestObject": {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/__internal"},
+        "responseObject": {
+            "kind": "Pod",
+            "metadata": {
+                "name": "c00-server-1",
+                "uid": UID,
+                "labels": {
+                    LABEL_INSTANCE: "c00",
+                    LABEL_COMPONENT: "server",
+                    LABEL_ORDINAL: ordinal,
+                },
+            },
+        }
+        if code == 200
+        else {"kind": "Status", "code": code},
+        "requestReceivedTimestamp": stamp(t),
+        "stageTimestamp": stamp(t + 0.01),
+    }
+    if precondition is not None:
+        ev["requestObject"]["preconditions"] = {"uid": precondition}
+    return json.dumps(ev)
+
+
+def spec_event(t: float, replicas: int | None, verb: str = "patch") -> str:
+    obj = {"kind": "ModelDeployment", "spec": {"roles": [{"name": "server", "replicas": replicas}]}}
+    return json.dumps(
+        {
+            "stage": "ResponseComplete",
+            "verb": "delete" if replicas is None else verb,
+            "objectRef": {
+                "resource": "modeldeployments",
+                "namespace": "chaos",
+                "name": "c00",
+                "apiGroup": GROUP,
+            },
+            "responseStatus": {"code": 200},
+            "responseObject": obj,
+            "requestReceivedTimestamp": stamp(t),
+        }
+    )
+
+
+def one_delete(*lines: str) -> audit.PodDelete:
+    (d,) = audit.read(lines).deletes
+    return d
+
+
+# ---------------------------------------------------------------- the audit log
+
+
+def test_a_delete_is_read_with_its_uid_labels_agent_and_precondition() -> None:
+    d = one_delete(delete_event())
+    assert (d.namespace, d.name, d.uid, d.deployment, d.role, d.ordinal) == (
+        "chaos",
+        "c00-server-1",
+        UID,
+        "c00",
+        "server",
+        1,
+    )
+    assert d.by_worker and d.precondition_uid == UID
+    assert d.at == pytest.approx(T, abs=1e-3)
+    assert d.hub_name == "c00-server-1.0f1e2d3c"
+
+
+def test_refused_deletes_other_stages_and_garbage_are_not_deletes() -> None:
+    received = json.loads(delete_event())
+    received["stage"] = "RequestReceived"
+    a = audit.read([delete_event(code=409), json.dumps(received), "not json", "", '{"no": "ref"}'])
+    assert a.deletes == [] and a.refused_deletes == 1 and a.unreadable == 2
+
+
+def test_the_spec_declared_at_a_time_is_the_last_write_before_it() -> None:
+    a = audit.read([spec_event(T - 10, 3, "create"), spec_event(T - 5, 2), spec_event(T + 1, 1)])
+    assert a.declared("chaos", "c00", T - 20) is None
+    assert a.declared("chaos", "c00", T - 6) == {"server": 3}
+    assert a.declared("chaos", "c00", T) == {"server": 2}
+    assert audit.read([spec_event(T - 1, None)]).declared("chaos", "c00", T) is None
+
+
+# ---------------------------------------------------------------- 1: in flight
+
+
+def test_a_request_in_flight_at_the_delete_breaks_invariant_one() -> None:
+    d = one_delete(delete_event())
+    assert in_flight_at_delete(d, Journal([(T - 3, T + 0.5, False)]), window_s=1) is not None
+    assert in_flight_at_delete(d, Journal([], open=[T - 2]), window_s=1) is not None
+
+
+def test_a_request_admitted_inside_the_window_breaks_it_too() -> None:
+    d = one_delete(delete_event())
+    v = in_flight_at_delete(d, Journal([(T - 0.6, T - 0.1, True)]), window_s=1)
+    assert v is not None and "last sent a request" in v.evidence
+
+
+def test_requests_done_before_the_window_and_after_the_delete_are_fine() -> None:
+    d = one_delete(delete_event())
+    journal = Journal([(T - 9, T - 2, True), (T + 1, T + 2, False)], open=[T + 3])
+    assert in_flight_at_delete(d, journal, window_s=1) is None
+    assert in_flight_at_delete(d, None, window_s=1) is None  # no engine ever ran
+
+
+# ---------------------------------------------------------------- 2: admitted
+
+
+def test_a_delete_without_the_uid_precondition_breaks_invariant_two() -> None:
+    a = audit.read([spec_event(T - 5, 1), delete_event(precondition=None)])
+    v = admitted_delete(a.deletes[0], a, {UID})
+    assert v is not None and "precondition" in v.evidence
+
+
+def test_a_delete_of_a_pod_no_retirement_admitted_breaks_it() -> None:
+    a = audit.read([spec_event(T - 5, 1), delete_event()])
+    assert admitted_delete(a.deletes[0], a, {"another"}) is not None
+
+
+def test_a_delete_of_a_declared_ordinal_breaks_it() -> None:
+    a = audit.read([spec_event(T - 5, 2), delete_event()])
+    v = admitted_delete(a.deletes[0], a, {UID})
+    assert v is not None and "replicas=2" in v.evidence
+
+
+def test_a_delete_after_the_scale_down_is_admitted() -> None:
+    a = audit.read([spec_event(T - 9, 2), spec_event(T - 5, 1), delete_event()])
+    assert admitted_delete(a.deletes[0], a, {UID}) is None
+
+
+# ---------------------------------------------------------------- 3 and 4
+
+
+def test_a_client_failure_needs_a_fault_on_its_own_path() -> None:
+    fail = ClientFailure("c00", T, T + 1, "stream cut")
+    assert attributed(fail, []) is not None
+    assert attributed(fail, [Fault("kill-router", T - 30, T - 20, "c01")]) is not None
+    assert attributed(fail, [Fault("kill-router", T - 5, T - 2, "c00")]) is None
+    assert attributed(fail, [Fault("kill-router", T - 3, T + 3, "*")]) is None
+    # Off the request's path: these must cost no request, so they excuse none.
+    for kind in ("stall-apiserver", "kill-worker", "kill-watcher", "relabel"):
+        assert attributed(fail, [Fault(kind, T - 3, T + 3, "*")]) is not None
+        assert attributed(fail, [Fault(kind, T - 3, T + 3, "c00")]) is not None
+    assert attributed(fail, [Fault("kill-router", T - 60, T - 40, "c00")]) is not None
+
+
+def test_convergence_needs_declared_present_eligible_and_nothing_running() -> None:
+    assert converged(Settled("c00", 2, 2, 2, 0)) is None
+    assert converged(Settled("c00", 1, 2, 2, 0)) is not None
+    assert converged(Settled("c00", 2, 2, 1, 0)) is not None
+    assert converged(Settled("c00", 2, 2, 2, 1)) is not None
+
+
+def test_judge_checks_only_the_workers_deletes_and_collects_every_violation() -> None:
+    a = audit.read(
+        [
+            spec_event(T - 5, 2),
+            delete_event(),  # the worker, an ordinal still declared, a request in flight
+            delete_event(T + 5, agent="kwok/v0.7"),  # not the product's: not judged
+        ]
+    )
+    v = judge(
+        audit=a,
+        journals={"c00-server-1.0f1e2d3c": Journal([(T - 1, T + 1, False)])},
+        admitted_uids={UID},
+        faults=[],
+        failures=[ClientFailure("c00", T, T + 1, "HTTP 502")],
+        settled=[Settled("c00", 2, 2, 2, 0)],
+    )
+    assert v.checked == {"in-flight": 1, "admitted": 1, "attributed": 1, "converged": 1}
+    assert sorted(x.invariant for x in v.violations) == ["admitted", "attributed", "in-flight"]
+    assert not v.ok
+
+
+# ---------------------------------------------------------------- the plan
+
+
+def test_a_plan_is_the_same_for_the_same_seed_and_keeps_replicas_in_bounds() -> None:
+    one, two = draw(seed=7, seconds=600, deployments=6), draw(seed=7, seconds=600, deployments=6)
+    assert one == two and one != draw(seed=8, seconds=600, deployments=6)
+    replicas = {d.name: 2 for d in one.deployments}
+    for a in one.actions:
+        if a.kind == "scale":
+            assert abs(a.value - replicas[a.target]) == 1
+            replicas[a.target] = int(a.value)
+            assert 1 <= a.value <= 3
+    assert {a.kind for a in one.actions} >= {"scale", "kill-worker", "kill-watcher", "relabel"}
+    with pytest.raises(ValueError):
+        draw(seed=1, seconds=0, deployments=3)
