@@ -8,7 +8,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from chaos.campaign import campaign
+from chaos.campaign import MODES, campaign
 from chaos.report import save, text
 from chaos.schedule import draw
 from testbed.bed import Bed
@@ -25,6 +25,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--deployments", type=int, default=12)
     p.add_argument("--settle", type=float, default=240.0, help="seconds to converge after")
     p.add_argument("--streams", type=int, default=3, help="request streams per routed deployment")
+    p.add_argument(
+        "--mode",
+        choices=MODES,
+        default="product",
+        help="product: the watcher and worker retire; plain: Pods deleted at once (baseline)",
+    )
     p.add_argument("--out", type=Path, default=REPO_ROOT / "chaos" / "results")
     a = p.parse_args(argv)
     if a.minutes <= 0 or a.deployments < 1 or a.settle <= 0 or a.streams < 1:
@@ -49,12 +55,13 @@ def main(argv: list[str] | None = None) -> int:
                 state_dir=bed.state_dir / "campaign",
                 settle_s=a.settle,
                 streams=a.streams,
+                mode=a.mode,
             )
         )
     finally:
         bed.stop()
     print(text(r))
-    print(f"report: {save(r, a.out / f'seed-{a.seed}')}")
+    print(f"report: {save(r, a.out / f'seed-{a.seed}-{a.mode}')}")
     return 0 if r["verdict"].ok else 1
 
 

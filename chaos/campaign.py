@@ -24,6 +24,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from chaos import audit as audit_log
+from chaos.audit import WORKER_AGENT
 from chaos.oracle import ClientFailure, Fault, Journal, Settled, judge
 from chaos.schedule import Action, Plan
 from retirement.models import RetirementState
@@ -38,6 +39,9 @@ from testbed.worker_process import start_worker_process
 
 QUEUE = "chaos"
 QUERY = "WorkflowType = 'Retirement'"
+#: The baseline's User-Agent: a scale-down that deletes the Pods at once (``plain`` mode).
+PLAIN_AGENT = "plain-scaledown/1"
+MODES = ("product", "plain")
 
 
 def say(msg: str) -> None:
@@ -87,14 +91,17 @@ class Run:
     plan: Plan
     target: str
     temporal: Client
-    worker: Child
-    watcher: Child
+    worker: Child | None  #: None in ``plain`` mode: the product does not run
+    watcher: Child | None
     ns: str
+    #: Pods the ``plain`` baseline deleted (its own admission, for the oracle).
+    plain_deleted: set[str] = field(default_factory=set)
     urls: dict[str, str] = field(default_factory=dict)
     loads: dict[str, Load] = field(default_factory=dict)
     faults: list[Fault] = field(default_factory=list)
     actions: list[tuple[float, Action]] = field(default_factory=list)
     restarts: int = 0
+    replicas: dict[str, int] = field(default_factory=dict)  #: as last declared
     _busy: set[str] = field(default_factory=set)
 
     @property
@@ -147,7 +154,33 @@ class Run:
             body,
         )
 
+        if self.worker is None and a.value < self.replicas.get(a.target, 0):
+            await asyncio.to_thread(self._delete_at_once, a.target, int(a.value))
+        self.replicas[a.target] = int(a.value)
+
+    def _delete_at_once(self, deployment: str, replicas: int) -> None:
+        """The baseline: delete the Pods of every ordinal no longer declared, grace 0 (UID
+        preconditioned, as a careful controller would; nothing waits for anything)."""
+        api = self.bed.api_client()
+        api.user_agent = PLAIN_AGENT
+        core = client.CoreV1Api(api)
+        selector = f"{LABEL_INSTANCE}={deployment},{LABEL_ORDINAL}"
+        for p in core.list_namespaced_pod(self.ns, label_selector=selector).items:
+            if int(p.metadata.labels[LABEL_ORDINAL]) >= replicas:
+                self.plain_deleted.add(p.metadata.uid)
+                with contextlib.suppress(client.ApiException):
+                    core.delete_namespaced_pod(
+                        p.metadata.name,
+                        self.ns,
+                        body=client.V1DeleteOptions(
+                            grace_period_seconds=0,
+                            preconditions=client.V1Preconditions(uid=p.metadata.uid),
+                        ),
+                    )
+
     async def _kill_worker(self, a: Action) -> None:
+        if self.worker is None:
+            return  # plain mode: no product process to kill
         t0 = time.time()
         self.worker.kill()
         await asyncio.sleep(a.value)
@@ -155,6 +188,8 @@ class Run:
         self.faults.append(Fault("kill-worker", t0, time.time(), "*"))
 
     async def _kill_watcher(self, a: Action) -> None:
+        if self.watcher is None:
+            return
         t0 = time.time()
         self.watcher.kill()
         await asyncio.sleep(a.value)
@@ -301,9 +336,15 @@ async def campaign(
     state_dir: Path,
     settle_s: float,
     streams: int,
+    mode: str = "product",
 ) -> dict[str, Any]:
     """Run ``plan`` in ``namespace`` of a running ``bed`` (its own Temporal dev server, worker
-    and watcher, under ``state_dir``); returns the report's data (``verdict`` included)."""
+    and watcher, under ``state_dir``); returns the report's data (``verdict`` included).
+    ``mode="plain"``: the same plan without the product, each scale-down deleting the
+    Pods at once (the baseline the report compares with)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    product = mode == "product"
     dev = None
     run: Run | None = None
     t_start = time.time()
@@ -346,9 +387,10 @@ async def campaign(
             plan=plan,
             target=cfg.address,
             temporal=temporal,
-            worker=start_worker(bed, cfg.address, 0),
-            watcher=start_watcher(bed, cfg.address, 0, namespace),
+            worker=start_worker(bed, cfg.address, 0) if product else None,
+            watcher=start_watcher(bed, cfg.address, 0, namespace) if product else None,
             ns=namespace,
+            replicas={d.name: 2 for d in plan.deployments},
         )
         for d in plan.deployments:
             if d.router:
@@ -388,7 +430,7 @@ async def campaign(
             for _wf, st in states
             if st is not None and st.target is not None
             for m in st.target.members
-        }
+        } | run.plain_deleted
         journals = {
             name: Journal([(e[0], e[1], e[2]) for e in j["ended"]], list(j["open"]))
             for name, j in bed.hub_call("GET", "/journal")["pods"].items()
@@ -402,6 +444,7 @@ async def campaign(
             faults=run.faults,
             failures=failures,
             settled=settled,
+            agent=WORKER_AGENT if product else PLAIN_AGENT,
         )
         outcomes: dict[str, int] = {}
         for _wf, st in states:
@@ -428,7 +471,9 @@ async def campaign(
                 if st is not None
             ],
             "deletes": [(d.at, d.namespace, d.name, d.agent) for d in audit.deletes],
+            "mode": mode,
             "worker_deletes": sum(d.by_worker for d in audit.deletes),
+            "judged_deletes": verdict.checked["in-flight"],
             "execs": len(audit.execs),
             "exec_agents": sorted({agent for _ns, agent in audit.execs}),
             "requests": {n: (ld.ok, ld.failed) for n, ld in run.loads.items()},
@@ -441,7 +486,8 @@ async def campaign(
             for load in run.loads.values():
                 load._stop.set()
             for c in (run.watcher, run.worker):
-                with contextlib.suppress(Exception):
-                    c.stop(timeout=5)
+                if c is not None:
+                    with contextlib.suppress(Exception):
+                        c.stop(timeout=5)
         if dev is not None:
             dev.stop(timeout=10)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from chaos.audit import Audit, PodDelete
+from chaos.audit import WORKER_AGENT, Audit, PodDelete
 
 #: The fault kinds that sit on a client request's path (its router): only these excuse a
 #: failed request.  A killed worker or watcher, a stalled API server or a label put back
@@ -182,9 +182,11 @@ def judge(
     failures: list[ClientFailure],
     settled: list[Settled],
     window_s: float = 1.0,
+    agent: str = WORKER_AGENT,
 ) -> Verdict:
-    """Check every invariant over the whole run."""
-    product = [d for d in audit.deletes if d.by_worker]
+    """Check every invariant over the whole run; the deletes judged are those sent by
+    ``agent`` (a User-Agent prefix: the product's worker, or a baseline's)."""
+    product = [d for d in audit.deletes if d.agent.startswith(agent)]
     out: list[Violation | None] = []
     out += [in_flight_at_delete(d, journals.get(d.hub_name), window_s=window_s) for d in product]
     out += [admitted_delete(d, audit, admitted_uids) for d in product]

@@ -9,6 +9,9 @@ from typing import Any
 
 from chaos.oracle import Verdict
 
+#: Whose deletes the picture marks, per mode.
+JUDGED = {"product": "retire-worker/", "plain": "plain-scaledown/"}
+
 
 def text(r: dict[str, Any]) -> str:
     """The summary a person reads first."""
@@ -19,10 +22,10 @@ def text(r: dict[str, Any]) -> str:
     ok = sum(a for a, _ in r["requests"].values())
     failed = sum(b for _, b in r["requests"].values())
     lines = [
-        f"seed {r['seed']}: {len(r['deployments'])} deployments, {r['seconds']:g} s of actions, "
-        f"{len(r['actions'])} actions",
+        f"seed {r['seed']} ({r['mode']}): {len(r['deployments'])} deployments, "
+        f"{r['seconds']:g} s of actions, {len(r['actions'])} actions",
         f"retirements: {r['retirements']} runs {dict(sorted(r['outcomes'].items()))}; "
-        f"worker Pod deletes (audit log): {r['worker_deletes']}; pods/exec: {r['execs']}",
+        f"Pod deletes judged (audit log): {r['judged_deletes']}; pods/exec: {r['execs']}",
         f"faults: {dict(sorted(kinds.items()))}",
         f"client requests: {ok} ok, {failed} failed",
     ]
@@ -98,7 +101,7 @@ def picture(r: dict[str, Any], path: Path) -> None:
                 )
     for at, _ns, name, agent in r["deletes"]:
         dep = name.rsplit("-", 2)[0]
-        if dep in lane and agent.startswith("retire-worker/"):
+        if dep in lane and agent.startswith(JUDGED[r["mode"]]):
             ax.plot(at - t0, lane[dep], marker="x", color="black", markersize=7)
     for f in r["failures"]:
         if f["deployment"] in lane:
@@ -107,7 +110,7 @@ def picture(r: dict[str, Any], path: Path) -> None:
     ax.set_yticks(range(len(names)), names)
     ax.set_xlabel("seconds since the campaign started (dashed: faults over)")
     ax.set_title(
-        f"fault campaign, seed {r['seed']}: phases (bars), faults (red), worker deletes (x), "
+        f"fault campaign, seed {r['seed']}: phases (bars), faults (red), deletes (x), "
         "failed requests (red |)"
     )
     handles = [Patch(color=c) for c in PHASE_COLOURS.values()]
