@@ -83,6 +83,7 @@ from retirement.retry import parse_retry_annotation
 from retirement.shape import MemberPod, ShapeReading, read_shape, select_members
 from watcher.fleet import Broken, Fleet, Key, decode_deployment
 from watcher.metrics import WatcherMetrics
+from watcher.refusals import RefusalKey, Refusals, depends_on
 from watcher.running import RunningSet
 from workflows import story
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
@@ -125,19 +126,6 @@ class PassResult:
         return self.reconciled > 0 or self.unreachable == 0
 
 
-@dataclass
-class Refusal:
-    """A remembered refusal of one intent (deployment, role, ordinal)."""
-
-    reason: str
-    depends_on: Hashable  # what the refusal was decided on; a change ends the back-off
-    backoff_s: float
-    until: float  # the reconciler's clock: not tried again before this
-
-
-RefusalKey = tuple[str, str, str, int]  # namespace, deployment, role, ordinal
-
-
 @dataclass(frozen=True)
 class Active:
     """The replica a running (or held) retirement names: its members are left alone."""
@@ -169,7 +157,7 @@ class Reconciler:
     fleet: Fleet = field(default_factory=Fleet)
     running: RunningSet = field(default_factory=RunningSet)
     #: Remembered refusals (in memory: a restarted watcher tries each intent once more).
-    refusals: dict[RefusalKey, Refusal] = field(default_factory=dict, init=False, repr=False)
+    refusals: Refusals = field(init=False, repr=False)
     #: Per workflow ID, the closed run already read (each ended run is read once).
     _examined: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     #: Per deployment, the failure message last posted as an Event (posted once each).
@@ -180,6 +168,11 @@ class Reconciler:
     _look_again: set[Key] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self.refusals = Refusals(
+            clock=self.clock,
+            backoff_s=self.settings.refusal_backoff_s,
+            backoff_max_s=self.settings.refusal_backoff_max_s,
+        )
         if self.namespaces is not None and self.running.namespaces is None:
             self.running.namespaces = frozenset(self.namespaces)
 
@@ -256,7 +249,7 @@ class Reconciler:
 
     def has_refusals(self, key: Key) -> bool:
         """Whether a refusal of an intent of the deployment ``key`` is remembered."""
-        return any(k[:2] == key for k in self.refusals)
+        return self.refusals.has(key)
 
     def _next_look(self, key: Key) -> float | None:
         """Seconds until the earliest refusal of ``key`` stops backing off, or at once when
@@ -264,9 +257,7 @@ class Reconciler:
         if key in self._look_again:
             self._look_again.discard(key)
             return 0.0
-        now = self.clock()
-        waits = [r.until - now for k, r in self.refusals.items() if k[:2] == key]
-        return max(0.0, min(waits)) if waits else None
+        return self.refusals.next_wait(key)
 
     async def _gone(self, key: Key) -> None:
         """The deployment ``key`` is not (or no longer) listed: forget it, and tell a
@@ -275,8 +266,7 @@ class Reconciler:
         retiring anything)."""
         ns, name = key
         wid = workflow_id_for(namespace=ns, deployment=name)
-        for k in [k for k in self.refusals if k[:2] == key]:
-            del self.refusals[k]
+        self.refusals.forget_deployment(key)
         self._examined.pop(wid, None)
         self._failures.pop(key, None)
         for gauge in (self.metrics.pending, self.metrics.backing_off):
@@ -455,7 +445,7 @@ class Reconciler:
         reason = final.reason or "admission refused"
         self._refuse(
             key,
-            _depends_on(md, pods, req.intent, req.role, req.ordinal, req.members),
+            depends_on(md, pods, req.intent, req.role, req.ordinal, req.members),
             reason,
             metric="admission",
         )
@@ -572,18 +562,9 @@ class Reconciler:
             reason="Conflict",
         )
 
-    def _refuse(self, key: RefusalKey, depends_on: Hashable, reason: str, *, metric: str) -> None:
+    def _refuse(self, key: RefusalKey, on: Hashable, reason: str, *, metric: str) -> None:
         """Remember a refusal of ``key`` and back off (doubling while it recurs)."""
-        cfg = self.settings
-        prev = self.refusals.get(key)
-        backoff = (
-            cfg.refusal_backoff_s
-            if prev is None
-            else min(prev.backoff_s * 2, cfg.refusal_backoff_max_s)
-        )
-        self.refusals[key] = Refusal(
-            reason=reason, depends_on=depends_on, backoff_s=backoff, until=self.clock() + backoff
-        )
+        backoff = self.refusals.refuse(key, on, reason).backoff_s
         self.metrics.refused.labels(reason=metric).inc()
         ns, name, role, ordinal = key
         log.info(
@@ -598,31 +579,17 @@ class Reconciler:
 
     def _prune_refusals(self, md: ModelDeployment, intents: list[Intent]) -> int:
         """Forget the refusals of intents no longer derived; how many still back off."""
-        live = {(i.role, i.ordinal) for i in intents}
-        now, backing_off = self.clock(), 0
-        for key in [k for k in self.refusals if k[:2] == (md.namespace, md.name)]:
-            if key[2:] not in live:
-                del self.refusals[key]
-            elif now < self.refusals[key].until:
-                backing_off += 1
-        return backing_off
+        return self.refusals.prune((md.namespace, md.name), [(i.role, i.ordinal) for i in intents])
 
     async def _start_next(
         self, md: ModelDeployment, pods: list[Pod], intents: list[Intent]
     ) -> Active | None:
         """Start the first intent that is not backing off after a refusal."""
-        now = self.clock()
         for intent in intents:
             key: RefusalKey = (md.namespace, md.name, intent.role, intent.ordinal)
-            depends_on = _depends_on(
-                md, pods, intent.kind, intent.role, intent.ordinal, intent.members
-            )
-            refusal = self.refusals.get(key)
-            if refusal is not None:
-                if refusal.depends_on != depends_on:
-                    del self.refusals[key]  # what it was refused on changed: try it now
-                elif now < refusal.until:
-                    continue
+            on = depends_on(md, pods, intent.kind, intent.role, intent.ordinal, intent.members)
+            if self.refusals.holds_back(key, on):
+                continue
             try:
                 req = self._request(md, intent)
             except ValidationError as e:
@@ -630,7 +597,7 @@ class Reconciler:
                     f"{intent.kind} {intent.role}:{intent.ordinal} cannot be requested: "
                     f"{_validation_text(e)}"
                 )
-                self._refuse(key, depends_on, reason, metric="invalid-request")
+                self._refuse(key, on, reason, metric="invalid-request")
                 try:
                     self._event(
                         md.ref,
@@ -1042,34 +1009,6 @@ def _wants_retry(md: ModelDeployment) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _depends_on(
-    md: ModelDeployment,
-    pods: list[Pod],
-    kind: IntentKind,
-    role: str,
-    ordinal: int,
-    members: tuple[str, ...] | list[str],
-) -> Hashable:
-    """What a refusal of the intent (``kind``, ``role``, ``ordinal``, ``members``) was
-    decided on: the deployment (UID, generation), the intent, and the replica's Pods
-    (identity, start, readiness, address, labels other than eligibility, annotations)."""
-    replica = sorted(
-        (
-            p.uid,
-            p.name,
-            p.terminating,
-            p.pod_ip or "",
-            p.conditions.get("Ready", ""),
-            tuple(sorted((s.name, s.container_id) for s in p.container_statuses)),
-            tuple(sorted((k, v) for k, v in p.labels.items() if k != LABEL_ELIGIBLE)),
-            tuple(sorted(p.annotations.items())),
-        )
-        for p in pods
-        if p.labels.get(LABEL_COMPONENT) == role and p.labels.get(LABEL_ORDINAL) == str(ordinal)
-    )
-    return (md.uid, md.generation, str(kind), tuple(members), tuple(replica))
 
 
 def _unreachable(e: Exception) -> bool:

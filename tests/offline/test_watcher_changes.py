@@ -31,7 +31,7 @@ from watcher.controller import Controller
 from watcher.fleet import decode_deployment
 from watcher.informer import Changed, Listed
 from watcher.metrics import Health
-from watcher.reconcile import Refusal
+from watcher.refusals import Refusal
 from watcher.workqueue import WorkQueue
 
 Body = dict[str, Any]
