@@ -53,7 +53,7 @@ from kube.events import MESSAGE_CAP, post_event
 from kube.members import LabelChange, set_eligibility
 from kube.objects import ObjectRef, Pod, pod_ready
 from retirement.budgets import Budgets
-from retirement.eligibility import in_group, label_refusal
+from retirement.eligibility import in_group, label_repair
 from retirement.intents import Intent, RoleSpec, derive_intents, intent_refusal, view_of
 from retirement.models import (
     CancelIntent,
@@ -80,7 +80,7 @@ from retirement.names import (
 )
 from retirement.phases import Outcome, abortable
 from retirement.retry import parse_retry_annotation
-from retirement.shape import MemberPod, ShapeReading, read_shape, select_members
+from retirement.shape import ShapeReading, read_shape
 from watcher.fleet import Broken, Fleet, Key, decode_deployment
 from watcher.metrics import WatcherMetrics
 from watcher.refusals import RefusalKey, Refusals, depends_on
@@ -763,10 +763,10 @@ class Reconciler:
     async def _maintain_eligibility(
         self, md: ModelDeployment, pods: list[Pod], active: Active | None, *, asked: bool
     ) -> None:
-        """Repair the label of members no active retirement names: off a member that should
-        not serve; on a member that should, by the restore's rule
-        (``retirement.eligibility``): never on a group member, which needs the identity
-        probe the watcher cannot run.
+        """Repair the label of members no active retirement names, as
+        ``retirement.eligibility.label_repair`` decides: off a member that should not
+        serve; on a member that should, by the restore's rule: never on a group member,
+        which needs the identity probe the watcher cannot run.
 
         The running set is a cached hint: before putting a label on, the watcher asks
         Temporal itself whether a retirement of the deployment runs (unless this reconcile
@@ -784,46 +784,20 @@ class Reconciler:
                 if p.labels.get(LABEL_COMPONENT) == active.role
                 and p.labels.get(LABEL_ORDINAL) == str(active.ordinal)
             }
-        adds: list[tuple[Pod, str | None]] = []
-        groups: dict[tuple[str, str], list[Pod]] = {}
-        for p in pods:
-            if not p.terminating:
-                groups.setdefault(
-                    (p.labels.get(LABEL_COMPONENT, ""), p.labels.get(LABEL_ORDINAL, "")), []
-                ).append(p)
         declared = {r.name: r for r in md.roles}  # names are unique (``parse_deployment``)
-        for (role_name, _ordinal), members in groups.items():
-            role = declared.get(role_name)
-            if role is None:
-                continue  # a departed role: its retirement decides
-            if len(members) != role.size:
-                continue  # surplus or incomplete: undecidable now, touch nothing
-            shape = role_shape(md.engine.name, role)
-            sel = select_members(
-                shape=shape,
-                size=role.size,
-                members=[MemberPod(name=p.name, uid=p.uid, labels=p.labels) for p in members],
-            )
-            if not sel.ok:
-                continue
-            for p in members:
-                if p.uid in protected:
-                    continue
-                current = p.labels.get(LABEL_ELIGIBLE)
-                ready = pod_ready(p)
-                if current == "true":
-                    if p.name not in sel.measured or ready != "True":
-                        self._set_label(p, False, current)
-                elif p.name in sel.measured and not label_refusal(
-                    ready=ready,
-                    group=in_group(size=role.size, member_index=p.labels.get(LABEL_MEMBER_INDEX)),
-                    probe=None,
-                ):
-                    adds.append((p, current))
-        if adds and not asked and not await self._nothing_runs(md):
+        repair = label_repair(
+            pods,
+            ready=pod_ready,
+            sizes={name: r.size for name, r in declared.items()},
+            shape_of=lambda name: role_shape(md.engine.name, declared[name]),
+            protected=protected,
+        )
+        for p in repair.remove:
+            self._set_label(p, False, p.labels.get(LABEL_ELIGIBLE))
+        if repair.add and not asked and not await self._nothing_runs(md):
             return  # a retirement runs: the next reconcile reads what it protects
-        for p, current in adds:
-            self._set_label(p, True, current)
+        for p in repair.add:
+            self._set_label(p, True, p.labels.get(LABEL_ELIGIBLE))
 
     async def _nothing_runs(self, md: ModelDeployment) -> bool:
         """Whether Temporal says no retirement of ``md`` runs (a running one is put in the
