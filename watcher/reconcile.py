@@ -66,7 +66,6 @@ from retirement.models import (
     workflow_id_for,
 )
 from retirement.names import (
-    ANNOTATION_RETRY,
     APP_NAME,
     GROUP,
     KIND,
@@ -79,11 +78,12 @@ from retirement.names import (
     VERSION,
 )
 from retirement.phases import Outcome, abortable
-from retirement.retry import parse_retry_annotation
 from retirement.shape import ShapeReading, read_shape
+from watcher import retry_annotation
 from watcher.fleet import Broken, Fleet, Key, decode_deployment
 from watcher.metrics import WatcherMetrics
 from watcher.refusals import RefusalKey, Refusals, depends_on
+from watcher.retry_annotation import Answer
 from watcher.running import RunningSet
 from workflows import story
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
@@ -370,7 +370,7 @@ class Reconciler:
         # A retry annotation is answered from Temporal itself, never from the cached running
         # set alone: the set is a hint that may not know of a retirement yet (before the
         # first visibility query after a start or a failover, or one started a moment ago).
-        ask = _wants_retry(md)
+        ask = retry_annotation.wants_retry(md)
         asked = ask or self.running.may_run(key)  # then Temporal is asked now, not the cache
         state = await self._running_state(key, wid, md, pods, ask=ask)
         await self._retry_annotation(md, state)
@@ -701,50 +701,28 @@ class Reconciler:
         log.info("%s: %s: cancel-intent sent", wid, reason)
 
     async def _retry_annotation(self, md: ModelDeployment, state: RetirementState | None) -> None:
-        value = md.annotations.get(ANNOTATION_RETRY)
-        if value is None:
+        """Apply the answer to a ``retirement-retry`` annotation (``watcher.retry_annotation``)."""
+        ans = retry_annotation.answer(md, state)
+        if ans is None:
             return
-        ns, name = md.namespace, md.name
-        try:
-            ann = parse_retry_annotation(value)
-        except ValueError as e:
-            self._event(md.ref, "RetryAnnotationInvalid", f"{ANNOTATION_RETRY}: {e}", value)
+        if ans.answer is Answer.INVALID:
+            self._event(md.ref, "RetryAnnotationInvalid", ans.message, ans.value)
             return
-        last = md.last_consumed_retry_token
-        if state is None or (state.request.role, state.request.ordinal) != (ann.role, ann.ordinal):
-            self._event(
-                md.ref,
-                "RetryAnnotationIgnored",
-                f"no retirement of {ann.role}:{ann.ordinal} is running",
-                value,
-            )
-        elif ann.token in (
-            last,
-            state.last_consumed_retry_token,
-            md.consumed_token(ann.role, ann.ordinal),
-        ):
-            log.info("%s/%s: retry token %s is a replay: ignored", ns, name, ann.token)
+        if ans.answer is Answer.IGNORED:
+            self._event(md.ref, "RetryAnnotationIgnored", ans.message, ans.value)
+        elif ans.answer is Answer.REPLAY:
+            log.info("%s/%s: retry token %s is a replay: ignored", md.namespace, md.name, ans.token)
         else:
             self.metrics.temporal_calls.labels(call="execute_update").inc()
             res = await self.temporal.get_workflow_handle(
-                workflow_id_for(namespace=ns, deployment=name)
-            ).execute_update(RetirementWorkflow.retry, RetryRequest(token=ann.token))
-            self._event(md.ref, "RetryDelivered", f"token {ann.token}: {res.decision}", value)
-        self._clear_annotation(md)
+                workflow_id_for(namespace=md.namespace, deployment=md.name)
+            ).execute_update(RetirementWorkflow.retry, RetryRequest(token=ans.token))
+            self._event(md.ref, "RetryDelivered", f"token {ans.token}: {res.decision}", ans.value)
+        self.kube.patch_deployment(
+            namespace=md.namespace, name=md.name, patch=retry_annotation.clear_patch(md)
+        )
 
     # ------------------------------------------------------------ Kubernetes
-
-    def _clear_annotation(self, md: ModelDeployment) -> None:
-        self.kube.patch_deployment(
-            namespace=md.namespace,
-            name=md.name,
-            patch={
-                "metadata": {
-                    "annotations": {ANNOTATION_RETRY: None},
-                    "resourceVersion": md.resource_version,
-                }
-            },
-        )
 
     def _event(
         self, about: ObjectRef, reason: str, message: str, key: str, *, warning: bool = False
@@ -970,19 +948,6 @@ def _names(pods: list[Pod], limit: int = 8) -> str:
     names = [p.name for p in pods[:limit]]
     more = len(pods) - limit
     return ", ".join(names) + (f" and {more} more" if more > 0 else "")
-
-
-def _wants_retry(md: ModelDeployment) -> bool:
-    """Whether ``md`` carries a valid ``retirement-retry`` annotation (one to deliver or
-    ignore; an invalid one only gets its Event and asks Temporal nothing)."""
-    value = md.annotations.get(ANNOTATION_RETRY)
-    if value is None:
-        return False
-    try:
-        parse_retry_annotation(value)
-    except ValueError:
-        return False
-    return True
 
 
 def _unreachable(e: Exception) -> bool:
