@@ -43,8 +43,6 @@ from typing import Any
 
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
 
 from kube.api import KubeApi
 from kube.deployment import MalformedDeployment, ModelDeployment, Role, parse_deployment
@@ -56,7 +54,6 @@ from retirement.budgets import Budgets
 from retirement.eligibility import in_group, label_repair
 from retirement.intents import Intent, RoleSpec, derive_intents, intent_refusal, view_of
 from retirement.models import (
-    CancelIntent,
     IntentKind,
     RetirementRequest,
     RetirementState,
@@ -83,10 +80,15 @@ from watcher import retry_annotation
 from watcher.fleet import Broken, Fleet, Key, decode_deployment
 from watcher.metrics import WatcherMetrics
 from watcher.refusals import RefusalKey, Refusals, depends_on
+from watcher.retirements import (
+    AlreadyRunning,
+    Retirements,
+    TemporalError,
+    WorkflowNotFound,
+    error_name,
+)
 from watcher.retry_annotation import Answer
 from watcher.running import RunningSet
-from workflows import story
-from workflows.retirement import RetirementWorkflow, initial_search_attributes
 
 log = logging.getLogger("retire-watcher")
 
@@ -156,6 +158,7 @@ class Reconciler:
     clock: Callable[[], float] = time.monotonic  # for the refusal back-off
     fleet: Fleet = field(default_factory=Fleet)
     running: RunningSet = field(default_factory=RunningSet)
+    retirements: Retirements = field(init=False, repr=False)  # ``temporal``, wrapped
     #: Remembered refusals (in memory: a restarted watcher tries each intent once more).
     refusals: Refusals = field(init=False, repr=False)
     #: Per workflow ID, the closed run already read (each ended run is read once).
@@ -168,6 +171,9 @@ class Reconciler:
     _look_again: set[Key] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self.retirements = Retirements(
+            self.temporal, count=lambda call: self.metrics.temporal_calls.labels(call=call).inc()
+        )
         self.refusals = Refusals(
             clock=self.clock,
             backoff_s=self.settings.refusal_backoff_s,
@@ -219,8 +225,7 @@ class Reconciler:
 
     async def refresh_running(self) -> set[Key]:
         """Refresh the running set from visibility; the deployments to look at again."""
-        self.metrics.temporal_calls.labels(call="list_workflows").inc()
-        return await self.running.refresh(self.temporal)
+        return await self.running.refresh(self.retirements)
 
     async def reconcile_key(self, key: Key, result: PassResult | None = None) -> float | None:
         """Reconcile the deployment ``key`` from the cache; whatever fails is reported
@@ -274,15 +279,12 @@ class Reconciler:
                 gauge.remove(f"{ns}/{name}")
         if not self.running.may_run(key) or wid in self._orphans_told:
             return
-        self.metrics.temporal_calls.labels(call="describe").inc()
         try:
-            desc = await self.temporal.get_workflow_handle(wid).describe()
-        except RPCError as e:
-            if e.status is not RPCStatusCode.NOT_FOUND:
-                raise
+            desc = await self.retirements.describe(wid)
+        except WorkflowNotFound:
             self.running.forget(key)
             return
-        if desc.status is not WorkflowExecutionStatus.RUNNING:
+        if not desc.running:
             self.running.forget(key)
             return
         try:  # the cache may lag behind a re-creation: read it to be sure
@@ -291,10 +293,7 @@ class Reconciler:
         except NotFound:
             pass
         reason = f"the ModelDeployment {ns}/{name} was deleted"
-        self.metrics.temporal_calls.labels(call="signal").inc()
-        await self.temporal.get_workflow_handle(wid).signal(
-            RetirementWorkflow.cancel_intent, CancelIntent(reason=reason)
-        )
+        await self.retirements.cancel_intent(wid, reason)
         self._orphans_told.add(wid)
         log.info("%s: %s: cancel-intent sent", wid, reason)
 
@@ -313,19 +312,19 @@ class Reconciler:
         result.failed += 1
         transient = _unreachable(e)
         result.unreachable += int(transient)
-        self.metrics.reconcile_errors.labels(error=type(e).__name__).inc()
+        self.metrics.reconcile_errors.labels(error=error_name(e)).inc()
         where = f"{about.namespace}/{about.name}" if about is not None else "?"
-        expected = isinstance(e, KubeError | RPCError)
+        expected = isinstance(e, KubeError | TemporalError)
         log.warning(
             "reconcile %s failed: %s: %s",
             where,
-            type(e).__name__,
+            error_name(e),
             e,
             exc_info=None if expected else e,
         )
         if transient or about is None or not about.name or not about.namespace:
             return
-        message = f"not reconciled: {type(e).__name__}: {_one_line(e)}"[:MESSAGE_CAP]
+        message = f"not reconciled: {error_name(e)}: {_one_line(e)}"[:MESSAGE_CAP]
         key = (about.namespace, about.name)
         if self._failures.get(key) == message:
             return
@@ -399,16 +398,12 @@ class Reconciler:
         yet); a run that ended since it was last looked at is read once (``_examine``)."""
         if not ask and not self.running.may_run(key):
             return None
-        handle = self.temporal.get_workflow_handle(wid)
-        self.metrics.temporal_calls.labels(call="describe").inc()
         try:
-            desc = await handle.describe()
-        except RPCError as e:
-            if e.status is RPCStatusCode.NOT_FOUND:
-                self.running.not_running(key)
-                return None
-            raise
-        if desc.status is not WorkflowExecutionStatus.RUNNING:
+            desc = await self.retirements.describe(wid)
+        except WorkflowNotFound:
+            self.running.not_running(key)
+            return None
+        if not desc.running:
             if self._examined.get(wid) != desc.run_id:
                 if desc.status is WorkflowExecutionStatus.COMPLETED:
                     await self._examine(wid, desc.run_id, md, pods)
@@ -417,20 +412,16 @@ class Reconciler:
             self.running.not_running(key)
             return None
         self.running.started(key, wid)
-        self.metrics.temporal_calls.labels(call="query").inc()
-        state: RetirementState = await handle.query(RetirementWorkflow.state)
-        return state
+        return await self.retirements.state(wid)
 
     async def _examine(self, wid: str, run_id: str, md: ModelDeployment, pods: list[Pod]) -> None:
         """Read how the ended run ``run_id`` ended: remember a refusal, forget one of the
         same intent otherwise."""
-        handle = self.temporal.get_workflow_handle(wid, run_id=run_id, result_type=RetirementState)
-        self.metrics.temporal_calls.labels(call="result").inc()
         try:
-            final: RetirementState = await handle.result(
-                follow_runs=False, rpc_timeout=timedelta(seconds=10)
+            final = await self.retirements.result(
+                wid, run_id=run_id, rpc_timeout=timedelta(seconds=10)
             )
-        except RPCError:
+        except TemporalError:
             raise  # not read: the next pass reads it again
         except Exception as e:  # e.g. a result an earlier build wrote that does not decode
             log.warning("%s: the result of run %s cannot be read: %s", wid, run_id, e)
@@ -493,11 +484,9 @@ class Reconciler:
         """The last state of the terminated run (a worker replays its history to answer),
         or None when it cannot be read (no worker answers in time, a history an earlier
         build wrote): ``status.retirement`` is read instead."""
-        handle = self.temporal.get_workflow_handle(wid, run_id=run_id)
-        self.metrics.temporal_calls.labels(call="query").inc()
         try:
-            state: RetirementState = await handle.query(
-                RetirementWorkflow.state, rpc_timeout=TERMINATED_QUERY_TIMEOUT
+            return await self.retirements.state(
+                wid, run_id=run_id, rpc_timeout=TERMINATED_QUERY_TIMEOUT
             )
         except Exception as e:
             log.warning(
@@ -505,11 +494,10 @@ class Reconciler:
                 "reading status.retirement instead",
                 wid,
                 run_id,
-                type(e).__name__,
+                error_name(e),
                 _one_line(e),
             )
             return None
-        return state
 
     async def _clear_mirror(
         self, wid: str, run_id: str, md: ModelDeployment, target: Target | None
@@ -535,8 +523,7 @@ class Reconciler:
                 return {}, ""  # not this workflow's (or already cleared)
             if admitted_uid and meta.get("uid") != admitted_uid:
                 return {}, ""  # re-created since: the status is another run's
-            self.metrics.temporal_calls.labels(call="describe").inc()
-            latest = await self.temporal.get_workflow_handle(wid).describe()
+            latest = await self.retirements.describe(wid)
             if latest.run_id != run_id:
                 return {}, ""  # a newer run: the status may be its own
             precondition: dict[str, Any] = {"resourceVersion": meta.get("resourceVersion")}
@@ -653,18 +640,9 @@ class Reconciler:
     async def _start(self, req: RetirementRequest, intent: Intent) -> Active | None:
         wid = workflow_id_for(namespace=req.namespace, deployment=req.deployment)
         key = (req.namespace, req.deployment)
-        self.metrics.temporal_calls.labels(call="start_workflow").inc()
         try:
-            await self.temporal.start_workflow(
-                RetirementWorkflow.run,
-                req,
-                id=wid,
-                task_queue=self.settings.task_queue,
-                search_attributes=initial_search_attributes(req),
-                static_summary=story.summary(req),
-                static_details=story.details(req),
-            )
-        except WorkflowAlreadyStartedError:
+            await self.retirements.start(req, workflow_id=wid, task_queue=self.settings.task_queue)
+        except AlreadyRunning:
             self.running.started(key, wid)  # the next reconcile reads it
             self._look_again.add(key)
             self.metrics.refused.labels(reason="already-running").inc()
@@ -694,10 +672,7 @@ class Reconciler:
         reason = _vanished(md, pods, state)
         if not reason:
             return
-        self.metrics.temporal_calls.labels(call="signal").inc()
-        await self.temporal.get_workflow_handle(wid).signal(
-            RetirementWorkflow.cancel_intent, CancelIntent(reason=reason[:256])
-        )
+        await self.retirements.cancel_intent(wid, reason[:256])
         log.info("%s: %s: cancel-intent sent", wid, reason)
 
     async def _retry_annotation(self, md: ModelDeployment, state: RetirementState | None) -> None:
@@ -713,10 +688,10 @@ class Reconciler:
         elif ans.answer is Answer.REPLAY:
             log.info("%s/%s: retry token %s is a replay: ignored", md.namespace, md.name, ans.token)
         else:
-            self.metrics.temporal_calls.labels(call="execute_update").inc()
-            res = await self.temporal.get_workflow_handle(
-                workflow_id_for(namespace=md.namespace, deployment=md.name)
-            ).execute_update(RetirementWorkflow.retry, RetryRequest(token=ans.token))
+            res = await self.retirements.retry(
+                workflow_id_for(namespace=md.namespace, deployment=md.name),
+                RetryRequest(token=ans.token),
+            )
             self._event(md.ref, "RetryDelivered", f"token {ans.token}: {res.decision}", ans.value)
         self.kube.patch_deployment(
             namespace=md.namespace, name=md.name, patch=retry_annotation.clear_patch(md)
@@ -782,14 +757,11 @@ class Reconciler:
         running set, so the next reconcile reads its state)."""
         key = (md.namespace, md.name)
         wid = workflow_id_for(namespace=md.namespace, deployment=md.name)
-        self.metrics.temporal_calls.labels(call="describe").inc()
         try:
-            desc = await self.temporal.get_workflow_handle(wid).describe()
-        except RPCError as e:
-            if e.status is RPCStatusCode.NOT_FOUND:
-                return True
-            raise
-        if desc.status is WorkflowExecutionStatus.RUNNING:
+            desc = await self.retirements.describe(wid)
+        except WorkflowNotFound:
+            return True
+        if desc.running:
             self.running.started(key, wid)
             return False
         return True
@@ -954,13 +926,8 @@ def _unreachable(e: Exception) -> bool:
     """Whether ``e`` says the API server or Temporal could not be reached (retry later)."""
     if isinstance(e, KubeError):
         return e.retryable
-    if isinstance(e, RPCError):
-        return e.status in (
-            RPCStatusCode.UNAVAILABLE,
-            RPCStatusCode.DEADLINE_EXCEEDED,
-            RPCStatusCode.RESOURCE_EXHAUSTED,
-            RPCStatusCode.CANCELLED,
-        )
+    if isinstance(e, TemporalError):
+        return e.retryable
     return isinstance(e, ConnectionError | TimeoutError)
 
 
