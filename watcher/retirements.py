@@ -23,7 +23,7 @@ failed in the worker, a run that did not complete) are not RPC errors: they pass
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -243,8 +243,14 @@ class Retirements:
                 RetirementWorkflow.abort_signal, request
             )
 
-    async def listing(self, query: str) -> list[Any]:
-        """Every workflow the visibility ``query`` lists (paged), as the client lists them."""
+    async def each(self, query: str) -> AsyncIterator[Any]:
+        """The workflows the visibility ``query`` lists, as the client lists them, one
+        page at a time as they are read (a caller that stops early reads no more pages)."""
         self._count("list_workflows")
         with translated():
-            return [wf async for wf in self.client.list_workflows(query)]
+            async for wf in self.client.list_workflows(query):
+                yield wf
+
+    async def listing(self, query: str) -> list[Any]:
+        """Every workflow the visibility ``query`` lists (paged)."""
+        return [wf async for wf in self.each(query)]
