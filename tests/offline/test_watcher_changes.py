@@ -17,7 +17,7 @@ from kube.deployment import MalformedDeployment
 from kube.objects import Pod
 from retirement.names import ANNOTATION_RETRY, LABEL_ELIGIBLE, LABEL_ROLE_KIND
 from tests.helpers.fake_source import FakeSource
-from tests.offline.test_watcher_reconcile import (
+from tests.helpers.watcher_world import (
     MD,
     NS,
     Clock,

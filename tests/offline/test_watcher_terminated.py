@@ -9,7 +9,7 @@ the eligibility label: single members get it back from the watcher's label repai
 members need a person (the identity probe).  Counted in
 ``retire_watcher_retirements_terminated_total{left_unlabelled}``.
 
-Over the fake Kubernetes layer and the fake Temporal of ``test_watcher_reconcile``.
+Over the fake Kubernetes layer and the fake Temporal of ``tests/helpers/watcher_world.py``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from retirement.names import LABEL_ELIGIBLE
 from retirement.phases import Phase
 from tests.helpers.fake_kube import member_pod
 from tests.helpers.fake_temporal import TemporalCall, rpc_error
-from tests.offline.test_watcher_reconcile import (
+from tests.helpers.watcher_world import (
     MD,
     MD_UID,
     NS,
