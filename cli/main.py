@@ -35,18 +35,14 @@ from typing import Any
 
 from pydantic import ValidationError
 from temporalio.client import (
-    Client,
     WorkflowExecutionStatus,
     WorkflowFailureError,
-    WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
-from temporalio.service import RPCStatusCode as RPCStatus
 
 from cli import render
 from cli.setup import SetupConflict, register_search_attributes
@@ -57,7 +53,6 @@ from connection.settings import ConnectionSettings, resolve
 from retirement.budgets import Budgets
 from retirement.models import (
     AbortRequest,
-    CancelIntent,
     RetirementRequest,
     RetirementState,
     RetryRequest,
@@ -65,9 +60,8 @@ from retirement.models import (
 )
 from retirement.names import K8S_NAME
 from retirement.phases import Outcome
-from workflows import story
+from watcher.retirements import AlreadyRunning, Retirements, TemporalError, WorkflowNotFound
 from workflows.mirror import SA_DEPLOYMENT, SA_ORDINAL, SA_OUTCOME, SA_PHASE, SA_ROLE
-from workflows.retirement import RetirementWorkflow, initial_search_attributes
 
 #: A Kubernetes namespace name (``--in``).
 _K8S_NS = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -284,18 +278,17 @@ def _age(seconds: float) -> str:
     return f"{seconds / 60:.0f}m" if seconds >= 120 else f"{seconds:.0f}s"
 
 
-async def _deadline_and_reason(client: Client, wf: Any, now: datetime) -> tuple[str, str]:
+async def _deadline_and_reason(retirements: Retirements, wf: Any, now: datetime) -> tuple[str, str]:
     """The phase deadline (``in 42s``; ``held`` while held) and the last reason of one
     listed retirement, read from its state (a query while it runs, its result once it
     ended); ``-`` where it cannot be read."""
-    handle = client.get_workflow_handle(wf.id, run_id=wf.run_id, result_type=RetirementState)
     bound = timedelta(seconds=LIST_READ_TIMEOUT_S)
     try:
         if wf.status is WorkflowExecutionStatus.RUNNING:
             # A query needs a worker: with none polling it would wait; the row says "-".
-            st: RetirementState = await handle.query(RetirementWorkflow.state, rpc_timeout=bound)
+            st = await retirements.state(wf.id, run_id=wf.run_id, rpc_timeout=bound)
         else:
-            st = await handle.result(follow_runs=False, rpc_timeout=bound)
+            st = await retirements.result(wf.id, run_id=wf.run_id, rpc_timeout=bound)
     except Exception:  # terminated, failed, or not answerable now: the row still prints
         return "-", "-"
     if st.outcome is Outcome.ABORTED and not st.restoring:
@@ -311,7 +304,7 @@ async def _deadline_and_reason(client: Client, wf: Any, now: datetime) -> tuple[
 
 
 async def list_retirements(
-    client: Client,
+    retirements: Retirements,
     *,
     scope: str | None,
     everything: bool,
@@ -323,7 +316,7 @@ async def list_retirements(
     retirement, the table's columns as keys); at most ``limit`` of them."""
     now = datetime.now(UTC)
     listed: list[tuple[Any, str]] = []
-    async for wf in client.list_workflows(list_query(everything=everything)):
+    async for wf in retirements.each(list_query(everything=everything)):
         deployment = wf.typed_search_attributes.get(SA_DEPLOYMENT) or wf.id.removeprefix(
             "retirement/"
         )
@@ -335,7 +328,7 @@ async def list_retirements(
 
     async def read(wf: Any) -> tuple[str, str]:
         async with gate:
-            return await _deadline_and_reason(client, wf, now)
+            return await _deadline_and_reason(retirements, wf, now)
 
     details = await asyncio.gather(*(read(wf) for wf, _ in listed))
     rows: list[tuple[str, ...]] = []
@@ -365,29 +358,30 @@ def _changes(st: RetirementState) -> tuple[Any, ...]:
     return (st.phase, st.outcome, st.attempt, st.reasons[-1:], st.last_readings, st.unrestored)
 
 
-async def watch(client: Client, wid: str, *, interval: float, timeout: float | None = None) -> int:
+async def watch(
+    retirements: Retirements, wid: str, *, interval: float, timeout: float | None = None
+) -> int:
     """Print the page whenever the retirement changes, until it ends (0 when it retired
     the replica, else 3) or holds after an abort (3); after ``timeout`` seconds, 1 (the
     retirement goes on: watching it is what stops)."""
     if timeout is not None:
         try:
-            return await asyncio.wait_for(watch(client, wid, interval=interval), timeout)
+            return await asyncio.wait_for(watch(retirements, wid, interval=interval), timeout)
         except TimeoutError:  # a query with no worker to answer it waits too: bounded here
             _error(f"{wid} still runs after --timeout {timeout:g} s (it goes on)")
             return 1
-    handle = client.get_workflow_handle(wid, result_type=RetirementState)
     seen: tuple[Any, ...] | None = None
     while True:
-        desc = await handle.describe()
-        if desc.status is not WorkflowExecutionStatus.RUNNING:
+        desc = await retirements.describe(wid)
+        if not desc.running:
             try:
-                st: RetirementState = await handle.result(follow_runs=False)
+                st = await retirements.result(wid)
             except WorkflowFailureError as e:
                 _error(f"{wid} ended {_status(desc.status)}: {e.cause}")
                 return NEEDS_A_LOOK
             print(render.page(st, datetime.now(UTC)), flush=True)
             return 0 if st.outcome is Outcome.COMPLETED else NEEDS_A_LOOK
-        st = await handle.query(RetirementWorkflow.state)
+        st = await retirements.state(wid)
         if _changes(st) != seen:
             seen = _changes(st)
             print(f"--- {datetime.now(UTC):%H:%M:%S} UTC", flush=True)
@@ -421,13 +415,13 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
             raise UsageError("--limit must be at least 1")
         try:
             return await list_retirements(
-                await connect(connection),
+                Retirements(await connect(connection)),
                 scope=args.scope,
                 everything=args.all,
                 output=args.output,
                 limit=args.limit,
             )
-        except RPCError as e:
+        except TemporalError as e:
             _error(f"{e.status.name}: {e.message}")
             return 1
     ns, md = parse_ref(args.ref)
@@ -462,41 +456,32 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
                 routerless_policy=args.routerless_policy,
             )
         )
-    client = await connect(connection)
-    handle = client.get_workflow_handle(wid, result_type=RetirementState)
+    retirements = Retirements(await connect(connection))
     try:
         if args.command == "status":
-            st = await _read(handle)
+            st = await _read(retirements, wid)
             out = args.output
             print(render.page(st, datetime.now(UTC)) if out == "page" else render.machine(st, out))
         elif args.command == "watch":
-            return await watch(client, wid, interval=args.interval, timeout=args.timeout)
+            return await watch(retirements, wid, interval=args.interval, timeout=args.timeout)
         elif args.command == "abort":
             if args.signal:
-                await handle.signal(RetirementWorkflow.abort_signal, abort_req)
+                await retirements.abort_signal(wid, abort_req)
                 print(f"abort signalled to {wid}")
             else:
-                print(await handle.execute_update(RetirementWorkflow.abort, abort_req))
+                print(await retirements.abort(wid, abort_req))
         elif args.command == "retry":
             if args.signal:
-                await handle.signal(RetirementWorkflow.retry_signal, retry_req)
+                await retirements.retry_signal(wid, retry_req)
                 print(f"retry signalled to {wid}")
             else:
-                res = await handle.execute_update(RetirementWorkflow.retry, retry_req)
+                res = await retirements.retry(wid, retry_req)
                 print(f"{res.decision}: {res.message}")
         elif args.command == "cancel-intent":
-            await handle.signal(RetirementWorkflow.cancel_intent, CancelIntent(reason=args.reason))
+            await retirements.cancel_intent(wid, args.reason)
             print(f"cancel-intent signalled to {wid}")
         elif args.command == "start":
-            await client.start_workflow(
-                RetirementWorkflow.run,
-                start_req,
-                id=wid,
-                task_queue=args.task_queue,
-                search_attributes=initial_search_attributes(start_req),
-                static_summary=story.summary(start_req),
-                static_details=story.details(start_req),
-            )
+            await retirements.start(start_req, workflow_id=wid, task_queue=args.task_queue)
             print(f"started {wid}")
     except WorkflowUpdateFailedError as e:
         _error(f"refused: {e.cause}")
@@ -522,32 +507,30 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
             " sending it again, or send it with --signal",
         )
         return 1
-    except WorkflowAlreadyStartedError:
+    except AlreadyRunning:
         _error(f"a retirement of {ns}/{md} is already running ({wid})")
         return 1
     except NotRetirement as e:
         _error(f"{e}")
         return 1
-    except RPCError as e:
-        if e.status is RPCStatus.NOT_FOUND:
-            _error(f"no retirement of {ns}/{md} ({wid})")
-        else:
-            _error(f"{e.status.name}: {e.message}")
+    except WorkflowNotFound:
+        _error(f"no retirement of {ns}/{md} ({wid})")
+        return 1
+    except TemporalError as e:
+        _error(f"{e.status.name}: {e.message}")
         return 1
     return 0
 
 
-async def _read(handle: WorkflowHandle[Any, RetirementState]) -> RetirementState:
+async def _read(retirements: Retirements, wid: str) -> RetirementState:
     """The state of a running retirement (query), or of an ended one (its result)."""
-    desc = await handle.describe()
-    if desc.status is WorkflowExecutionStatus.RUNNING:
-        st: RetirementState = await handle.query(RetirementWorkflow.state)
-        return st
+    desc = await retirements.describe(wid)
+    if desc.running:
+        return await retirements.state(wid)
     try:
-        ended: RetirementState = await handle.result(follow_runs=False)
+        return await retirements.result(wid)
     except WorkflowFailureError as e:
-        raise NotRetirement(f"{handle.id} ended {_status(desc.status)}: {e.cause}") from e
-    return ended
+        raise NotRetirement(f"{wid} ended {_status(desc.status)}: {e.cause}") from e
 
 
 def _status(status: WorkflowExecutionStatus | None) -> str:

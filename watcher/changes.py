@@ -13,7 +13,7 @@ What the reconcile reads, and so what this module compares:
 * of the view's labels, those named in ``LABELS_READ`` (to file the Pod, derive the
   intents, select the members and keep the eligibility label); a change of other labels
   or of annotations only is ``Change.FOREIGN``: it matters only to a refusal, which
-  depends on every label and annotation of its replica (``reconcile._depends_on``), so
+  depends on every label and annotation of its replica (``refusals.depends_on``), so
   the controller still reconciles a deployment that has one, or whose reconcile is under
   way (it may be recording one from the Pods it read before this event);
 * of a ModelDeployment, its typed view (``kube.deployment.ModelDeployment``), whose

@@ -41,6 +41,7 @@ from watcher.fleet import Key
 from watcher.informer import Changed, Delta, Informer, Listed, Source
 from watcher.metrics import Health
 from watcher.reconcile import PassResult, Reconciler
+from watcher.retirements import error_name
 from watcher.workqueue import WorkQueue
 
 log = logging.getLogger("retire-watcher")
@@ -182,7 +183,7 @@ class Controller:
             try:
                 changed = await self.rec.refresh_running()
             except Exception as e:
-                log.warning("visibility refresh failed: %s: %s", type(e).__name__, e)
+                log.warning("visibility refresh failed: %s: %s", error_name(e), e)
                 failed += 1
                 if failed >= FIRST_REFRESH_TRIES and not first.is_set():
                     log.warning(

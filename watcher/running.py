@@ -24,10 +24,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from temporalio.client import Client
-
 from retirement.phases import Outcome
 from watcher.fleet import Key
+from watcher.retirements import Retirements
 from workflows.mirror import SA_OUTCOME
 
 #: The workflow type every retirement runs as.
@@ -103,7 +102,7 @@ class RunningSet:
         """The deployment is gone and nothing of it runs."""
         self.not_running(key)
 
-    async def refresh(self, client: Client) -> set[Key]:
+    async def refresh(self, retirements: Retirements) -> set[Key]:
         """List the running retirements (one paged visibility query); see ``replace``."""
-        listed = [wf async for wf in client.list_workflows(QUERY)]
+        listed = await retirements.listing(QUERY)
         return self.replace([wf.id for wf in listed], [wf.id for wf in listed if holds(wf)])

@@ -17,7 +17,7 @@ from kube.deployment import MalformedDeployment
 from kube.objects import Pod
 from retirement.names import ANNOTATION_RETRY, LABEL_ELIGIBLE, LABEL_ROLE_KIND
 from tests.helpers.fake_source import FakeSource
-from tests.offline.test_watcher_reconcile import (
+from tests.helpers.watcher_world import (
     MD,
     NS,
     Clock,
@@ -31,7 +31,7 @@ from watcher.controller import Controller
 from watcher.fleet import decode_deployment
 from watcher.informer import Changed, Listed
 from watcher.metrics import Health
-from watcher.reconcile import Refusal
+from watcher.refusals import Refusal
 from watcher.workqueue import WorkQueue
 
 Body = dict[str, Any]

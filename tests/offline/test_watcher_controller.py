@@ -24,7 +24,7 @@ from tests.helpers import eventually_async
 from tests.helpers.fake_kube import member_pod
 from tests.helpers.fake_source import FakeSource
 from tests.helpers.fake_temporal import rpc_error
-from tests.offline.test_watcher_reconcile import (
+from tests.helpers.watcher_world import (
     MD,
     NS,
     WID,

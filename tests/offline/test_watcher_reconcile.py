@@ -4,12 +4,14 @@ branch, and on the time-skipping test server (real starts, refusals, signals and
 of ``RetirementWorkflow`` with fake activities) for the paths where Temporal's own answer
 matters.
 
-Each branch of a pass is covered: the one start per deployment (the first intent, a second
-start refused and the intent left pending), a malformed ModelDeployment skipped with one
-``DeploymentInvalid`` Event, the ``retirement-retry`` annotation (invalid, ignored,
-replayed, delivered, then cleared), the cancel-intent signal, the eligibility label
-(orphan repair, protection of a running retirement's members, the groups it must not
-touch), and Kubernetes and Temporal errors that must not stop the pass or the loop.
+Each branch of the orchestration is covered: the one start per deployment (the first
+intent, a second start refused and the intent left pending), a malformed ModelDeployment
+skipped with one ``DeploymentInvalid`` Event, the cancel-intent signal, and Kubernetes and
+Temporal errors that must not stop the pass or the loop.  The concerns have their own
+files: the retry annotation (``test_watcher_retry_delivery.py``), refused intents
+(``test_watcher_refused_intents.py``), the eligibility label (``test_watcher_labels.py``),
+terminated runs (``test_watcher_terminated.py``); the world they share is
+``tests/helpers/watcher_world.py``.
 """
 
 from __future__ import annotations
@@ -32,188 +34,44 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from kube.errors import Conflict, Forbidden, KubeError, Unavailable
-from kube.objects import Pod
 from retirement.budgets import Budgets
 from retirement.models import (
     CancelIntent,
     IntentKind,
-    MemberTarget,
-    RetirementRequest,
     RetirementState,
-    RetryRequest,
     RouterlessPolicy,
-    Target,
     workflow_id_for,
 )
-from retirement.names import ANNOTATION_RETRY, LABEL_ELIGIBLE
+from retirement.names import ANNOTATION_RETRY
 from retirement.phases import Outcome, Phase
 from tests.helpers import eventually_async, model_deployment, role
 from tests.helpers.fake_kube import FakeKube, member_pod
 from tests.helpers.fake_temporal import FakeTemporal, TemporalCall, rpc_error
+from tests.helpers.watcher_world import (
+    MD,
+    MD_UID,
+    NS,
+    WID,
+    World,
+    add_md,
+    add_replicas,
+    cache_without_refresh,
+    held,
+    make_world,
+    request,
+    target_of,
+)
 from tests.workflows.fakes import FakeWorld
-from watcher.fleet import decode_deployment
 from watcher.metrics import WatcherMetrics
 from watcher.reconcile import Reconciler, WatcherSettings
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
-NS = "default"
-MD = "llm"
-MD_UID = "md-uid-1"
-WID = workflow_id_for(namespace=NS, deployment=MD)
-
-
-# ---------------------------------------------------------------- the world of one test
-
-
-@dataclass
-class World:
-    """A FakeKube, a FakeTemporal, and the reconciler over them."""
-
-    kube: FakeKube
-    temporal: FakeTemporal
-    metrics: WatcherMetrics
-    rec: Reconciler
-
-    async def pass_(self, times: int = 1) -> None:
-        for _ in range(times):
-            await self.rec.reconcile_all()
-
-    def metric(self, name: str, **labels: str) -> float:
-        value = self.metrics.registry.get_sample_value(name, labels)
-        return 0.0 if value is None else value
-
-    def starts(self) -> list[RetirementRequest]:
-        return [c.arg for c in self.temporal.called("start_workflow")]
-
-    def signals(self, workflow_id: str = WID) -> list[TemporalCall]:
-        return [c for c in self.temporal.called("signal") if c.workflow_id == workflow_id]
-
-    def updates(self) -> list[TemporalCall]:
-        return self.temporal.called("execute_update")
-
-    def events(self, reason: str | None = None) -> list[dict[str, Any]]:
-        return [e for e in self.kube.events.values() if reason is None or e["reason"] == reason]
-
-    def annotations(self, name: str = MD, namespace: str = NS) -> dict[str, str]:
-        meta = self.kube.deployments[(namespace, name)]["metadata"]
-        return dict(meta.get("annotations") or {})
-
-    def eligible(self, pod: str, namespace: str = NS) -> str | None:
-        return self.kube.pod_labels(pod, namespace=namespace).get(LABEL_ELIGIBLE)
-
-
-class Clock:
-    """The reconciler's clock (for the refusal back-off), moved by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def make_world(
-    *,
-    settings: WatcherSettings | None = None,
-    namespaces: list[str] | None = None,
-    clock: Clock | None = None,
-) -> World:
-    kube, temporal, metrics = FakeKube(), FakeTemporal(), WatcherMetrics()
-    rec = Reconciler(
-        kube=kube,
-        temporal=temporal.client(),
-        settings=settings or WatcherSettings(),
-        metrics=metrics,
-        namespaces=namespaces,
-        clock=clock or Clock(),
-    )
-    return World(kube, temporal, metrics, rec)
-
 
 @pytest.fixture
 def w() -> World:
     return make_world()
-
-
-def add_md(
-    w: World,
-    name: str = MD,
-    *,
-    namespace: str = NS,
-    status: dict[str, Any] | None = None,
-    **kw: Any,
-) -> dict[str, Any]:
-    body = model_deployment(name, namespace=namespace, uid=f"{name}-uid", **kw)
-    if name == MD and namespace == NS:
-        body["metadata"]["uid"] = MD_UID
-    if status is not None:
-        body["status"] = status
-    return w.kube.add_deployment(body)
-
-
-def add_replicas(
-    w: World,
-    ordinals: range | list[int],
-    *,
-    deployment: str = MD,
-    namespace: str = NS,
-    role_name: str = "server",
-    **kw: Any,
-) -> list[str]:
-    """One single-member replica per ordinal, Pod ``<deployment>-<role>-<ordinal>``."""
-    names = []
-    for o in ordinals:
-        name = f"{deployment}-{role_name}-{o}"
-        w.kube.add_pod(
-            member_pod(
-                name,
-                deployment=deployment,
-                namespace=namespace,
-                role=role_name,
-                ordinal=o,
-                uid=f"uid-{deployment}-{role_name}-{o}",
-                **kw,
-            )
-        )
-        names.append(name)
-    return names
-
-
-def request(
-    ordinal: int,
-    *,
-    role_name: str = "server",
-    intent: IntentKind = IntentKind.COUNT_TRIM,
-    members: list[str] | None = None,
-    deployment: str = MD,
-) -> RetirementRequest:
-    return RetirementRequest(
-        namespace=NS,
-        deployment=deployment,
-        role=role_name,
-        ordinal=ordinal,
-        intent=intent,
-        members=members or [],
-    )
-
-
-def target_of(req: RetirementRequest, pods: dict[str, str]) -> Target:
-    """A bound target of ``req`` over ``pods`` (name -> uid)."""
-    return Target(
-        namespace=req.namespace,
-        deployment=req.deployment,
-        role=req.role,
-        ordinal=req.ordinal,
-        intent=req.intent,
-        engine="vLLM",
-        shape="Single",
-        members=[
-            MemberTarget(pod=name, uid=uid, container_id="containerd://main-1", ip="198.18.1.9")
-            for name, uid in pods.items()
-        ],
-    )
 
 
 # ---------------------------------------------------------------- starting retirements
@@ -437,158 +295,7 @@ async def test_an_event_that_cannot_be_posted_does_not_stop_the_pass(w: World) -
     assert [e["reason"] for e in w.events()] == ["DeploymentInvalid"]
 
 
-# ---------------------------------------------------------------- the retry annotation
-
-
-def held(w: World, ordinal: int = 2, **state: Any) -> None:
-    """A retirement of ``ordinal`` held after an abort."""
-    state.setdefault("outcome", Outcome.ABORTED)
-    state.setdefault("phase", Phase.ABORTED)
-    w.temporal.running(request(ordinal), **state)
-
-
-async def test_a_retry_token_is_delivered_then_the_annotation_cleared(w: World) -> None:
-    add_md(w, replicas=2, annotations={ANNOTATION_RETRY: "server:2:t1"})
-    add_replicas(w, range(3))
-    held(w)
-    await w.pass_()
-    (update,) = w.updates()
-    assert (update.workflow_id, update.name, update.arg) == (WID, "retry", RetryRequest(token="t1"))
-    (event,) = w.events()
-    assert event["reason"] == "RetryDelivered" and event["type"] == "Normal"
-    assert event["message"] == "token t1: Accept"
-    assert event["involvedObject"]["uid"] == MD_UID
-    assert ANNOTATION_RETRY not in w.annotations()
-    assert w.temporal.latest(WID).state.retry_token == "t1"
-    assert w.starts() == []  # a running (held) retirement keeps the slot
-    await w.pass_()
-    assert len(w.updates()) == 1  # the annotation is gone: nothing more
-
-
-async def test_a_retry_to_a_running_retirement_is_answered_not_aborted(w: World) -> None:
-    add_md(w, replicas=2, annotations={ANNOTATION_RETRY: "server:2:t1"})
-    add_replicas(w, range(3))
-    w.temporal.running(request(2), phase=Phase.DRAINING)
-    await w.pass_()
-    assert [u.arg.token for u in w.updates()] == ["t1"]
-    assert [e["message"] for e in w.events("RetryDelivered")] == ["token t1: NotAborted"]
-    assert ANNOTATION_RETRY not in w.annotations()
-
-
-@pytest.mark.parametrize("value", ["server:2", "Server:2:t1", "server:x:t1", "server:2:-t", ""])
-async def test_an_invalid_retry_annotation_gets_a_warning_and_nothing_else(
-    w: World, value: str
-) -> None:
-    add_md(w, replicas=2, annotations={ANNOTATION_RETRY: value})
-    add_replicas(w, range(3))
-    held(w)
-    await w.pass_(times=2)
-    (event,) = w.events()
-    assert event["reason"] == "RetryAnnotationInvalid" and event["type"] == "Warning"
-    assert event["message"].startswith(f"{ANNOTATION_RETRY}: ")
-    assert w.updates() == []
-    assert w.annotations()[ANNOTATION_RETRY] == value  # left for a person to correct
-    assert w.kube.called("patch_deployment") == []
-
-
-@pytest.mark.parametrize(
-    ("value", "running"),
-    [
-        ("server:2:t1", None),  # nothing runs
-        ("server:1:t1", 2),  # another ordinal runs
-        ("other:2:t1", 2),  # another role runs
-    ],
-)
-async def test_a_retry_for_no_running_retirement_is_ignored_and_cleared(
-    w: World, value: str, running: int | None
-) -> None:
-    add_md(w, replicas=3, annotations={ANNOTATION_RETRY: value})
-    add_replicas(w, range(3))
-    if running is not None:
-        held(w, running)
-    await w.pass_()
-    (event,) = w.events()
-    assert event["reason"] == "RetryAnnotationIgnored" and event["type"] == "Normal"
-    role_name, ordinal, _ = value.split(":")
-    assert event["message"] == f"no retirement of {role_name}:{ordinal} is running"
-    assert w.updates() == []
-    assert ANNOTATION_RETRY not in w.annotations()
-
-
-@pytest.mark.parametrize("where", ["deployment status", "workflow state"])
-async def test_a_replayed_retry_token_is_not_delivered(w: World, where: str) -> None:
-    status = {"retirement": {"lastConsumedRetryToken": "t1"}}
-    add_md(
-        w,
-        replicas=2,
-        annotations={ANNOTATION_RETRY: "server:2:t1"},
-        status=status if where == "deployment status" else None,
-    )
-    add_replicas(w, range(3))
-    held(w, last_consumed_retry_token="t1" if where == "workflow state" else None)
-    await w.pass_()
-    assert w.updates() == []
-    assert w.events() == []
-    assert ANNOTATION_RETRY not in w.annotations()
-
-
-async def test_a_token_consumed_by_an_earlier_retirement_is_a_replay_for_the_next(
-    w: World,
-) -> None:
-    """A GitOps tool re-applies an old ``retirement-retry`` annotation: the token a
-    previous retirement of that role:ordinal consumed (``status.retryTokens``) is a
-    replay for the retirement that holds now, and a new retirement starts knowing it."""
-    status = {"retryTokens": {"server:2": "t-old"}}
-    add_md(w, replicas=2, annotations={ANNOTATION_RETRY: "server:2:t-old"}, status=status)
-    add_replicas(w, range(3))
-    held(w, last_consumed_retry_token=None)  # this retirement never consumed a token
-    await w.pass_()
-    assert w.updates() == []
-    assert ANNOTATION_RETRY not in w.annotations()
-
-
-async def test_a_new_retirement_starts_with_the_role_ordinals_consumed_token(
-    w: World,
-) -> None:
-    add_md(w, replicas=2, status={"retryTokens": {"server:2": "t-old", "server:9": 7}})
-    add_replicas(w, range(3))
-    await w.pass_()
-    [req] = w.starts()
-    assert (req.ordinal, req.last_consumed_retry_token) == (2, "t-old")
-
-
-async def test_the_annotation_clear_is_bound_to_the_version_read(w: World) -> None:
-    """Another writer changes the deployment while the token is delivered: the clear is a
-    Conflict (never a blind overwrite), the pass goes on, and the next pass sees the
-    consumed token as a replay and clears it."""
-    add_md(w, replicas=2, annotations={ANNOTATION_RETRY: "server:2:t1"})
-    add_replicas(w, range(3))
-    add_md(w, "other", replicas=0)
-    add_replicas(w, [0], deployment="other")
-    held(w)
-
-    def other_writer(_: TemporalCall) -> None:
-        w.kube.patch_deployment(namespace=NS, name=MD, patch={"metadata": {"labels": {"x": "y"}}})
-
-    w.temporal.on("execute_update", other_writer)
-    await w.pass_()
-    assert len(w.updates()) == 1
-    assert w.annotations()[ANNOTATION_RETRY] == "server:2:t1"
-    assert w.annotations(name="other") == {}
-    assert [r.deployment for r in w.starts()] == ["other"]  # the pass went on
-    # The workflow consumed the token (continue-as-new carries it).
-    w.temporal.set_state(WID, last_consumed_retry_token="t1", retry_token=None)
-    await w.pass_()
-    assert len(w.updates()) == 1
-    assert ANNOTATION_RETRY not in w.annotations()
-
-
-def cache_without_refresh(w: World) -> None:
-    """Fill the reconciler's cache as the informers do, and never refresh the running set
-    (a watcher just started or failed over, before its first visibility query)."""
-    entries = [d for d in map(decode_deployment, w.kube.deployments.values()) if d]
-    w.rec.fleet.replace_deployments(entries)
-    w.rec.fleet.replace_pods(Pod.from_raw(p) for p in w.kube.pods.values())
+# ---------------------------------------------------------------- a cache behind the server
 
 
 async def test_a_scale_back_the_cache_has_not_seen_yet_starts_nothing(w: World) -> None:
@@ -622,38 +329,6 @@ async def test_a_start_reads_the_spec_once_and_starts_when_it_still_trims(w: Wor
     w.kube._bump(body)
     await w.rec.reconcile_key((NS, MD))
     assert [r.ordinal for r in w.starts()] == [1]
-
-
-async def test_a_retry_annotation_read_before_the_first_visibility_query_is_delivered(
-    w: World,
-) -> None:
-    """The running set is empty until the first visibility query: a retry annotation
-    reconciled before it is answered from Temporal itself (describe, then the state), so
-    the held retirement takes the token instead of the annotation being ignored and
-    cleared (found: a watcher started or failed over dropped every pending annotation)."""
-    add_md(w, replicas=2, annotations={ANNOTATION_RETRY: "server:2:t1"})
-    add_replicas(w, range(3))
-    held(w)
-    cache_without_refresh(w)
-    assert w.rec.running.refreshes == 0 and not w.rec.running.may_run((NS, MD))
-    await w.rec.reconcile_key((NS, MD))
-    assert w.events("RetryAnnotationIgnored") == []
-    (update,) = w.updates()
-    assert (update.workflow_id, update.name, update.arg) == (WID, "retry", RetryRequest(token="t1"))
-    assert [e["message"] for e in w.events("RetryDelivered")] == ["token t1: Accept"]
-    assert w.temporal.latest(WID).state.retry_token == "t1"
-    assert ANNOTATION_RETRY not in w.annotations()
-    assert w.starts() == []  # the held retirement was read: it keeps the slot
-    assert w.temporal.called("list_workflows") == []
-
-
-async def test_an_invalid_retry_annotation_asks_temporal_nothing(w: World) -> None:
-    add_md(w, replicas=2, annotations={ANNOTATION_RETRY: "server:two:t1"})
-    add_replicas(w, range(2))
-    cache_without_refresh(w)
-    await w.rec.reconcile_key((NS, MD))
-    assert [e["reason"] for e in w.events()] == ["RetryAnnotationInvalid"]
-    assert w.temporal.calls == []
 
 
 # ---------------------------------------------------------------- cancel-intent
@@ -729,19 +404,6 @@ async def test_a_resolved_surplus_gets_cancel_intent(w: World) -> None:
     assert [c.name for c in w.signals()] == ["cancel_intent"]
 
 
-async def test_a_refused_intent_neither_restarts_every_pass_nor_blocks_others(
-    w: World,
-) -> None:
-    add_md(w, replicas=1)
-    add_replicas(w, range(3))
-    for _ in range(3):
-        await w.pass_()
-        w.temporal.close(WID, outcome=Outcome.REFUSED)  # admission refused it
-    ordinals = [r.ordinal for r in w.starts()]
-    assert ordinals.count(2) == 1, ordinals
-    assert 1 in ordinals, ordinals
-
-
 async def test_a_count_trim_whose_pods_someone_else_deleted_gets_cancel_intent(
     w: World,
 ) -> None:
@@ -802,266 +464,6 @@ async def test_a_recreated_deployment_gets_cancel_intent(w: World, outcome: Outc
     w.temporal.set_state(WID, target=target.model_copy(update={"deployment_uid": MD_UID}))
     await w.pass_()
     assert len(w.signals()) == 1
-
-
-async def test_a_refusal_backs_off_doubling_and_ends_when_what_it_depended_on_changes() -> None:
-    clock = Clock()
-    w = make_world(clock=clock)
-    add_md(w, replicas=1)
-    add_replicas(w, range(2), container_id=None)  # never started: admission refuses
-
-    async def refused_pass() -> None:
-        await w.pass_()
-        w.temporal.close(WID, outcome=Outcome.REFUSED, reasons=["admission refused: no ID"])
-
-    await refused_pass()  # starts 1
-    for _ in range(5):
-        await refused_pass()  # reads the refusal once; nothing else to start
-    assert [r.ordinal for r in w.starts()] == [1]
-    assert len(w.temporal.called("result")) == 1  # an ended run is read once
-    assert w.metric("retire_watcher_starts_refused_total", reason="admission") == 1
-    assert w.metric("retire_watcher_intents_backing_off", deployment=f"{NS}/{MD}") == 1
-    clock.now += 29
-    await refused_pass()
-    assert len(w.starts()) == 1
-    clock.now += 1  # 30 s: tried again, refused again: now 60 s
-    await refused_pass()
-    await refused_pass()
-    assert len(w.starts()) == 2
-    clock.now += 59
-    await refused_pass()
-    assert len(w.starts()) == 2
-    clock.now += 1
-    await refused_pass()
-    await refused_pass()
-    assert len(w.starts()) == 3
-    for _ in range(10):  # 120, 240, 480, then 600 s at most
-        clock.now += 600
-        await refused_pass()
-        await refused_pass()
-    assert len(w.starts()) == 13
-    assert w.rec.refusals[(NS, MD, "server", 1)].backoff_s == 600
-    assert w.rec.refusals[(NS, MD, "server", 1)].reason == "admission refused: no ID"
-    # The Pod's container starts: what the refusal depended on changed, so it is tried now.
-    w.kube.add_pod(member_pod(f"{MD}-server-1", deployment=MD, ordinal=1, uid=f"uid-{MD}-server-1"))
-    await w.pass_()
-    assert len(w.starts()) == 14
-    w.temporal.close(WID, outcome=Outcome.COMPLETED)
-    w.kube.remove_pod(f"{MD}-server-1")
-    await w.pass_()
-    assert w.rec.refusals == {}  # the intent is gone: so is its refusal
-
-
-async def test_an_intent_that_cannot_be_requested_is_refused_and_the_next_one_starts(
-    w: World,
-) -> None:
-    """A hostile ordinal label (beyond what a request may carry) is refused in the watcher
-    with one Warning Event, and the deployment's other intents go on."""
-    add_md(w, replicas=1)
-    add_replicas(w, range(2))
-    w.kube.add_pod(member_pod("hostile", deployment=MD, ordinal=1_000_000, uid="uh"))
-    await w.pass_(times=3)
-    assert [r.ordinal for r in w.starts()] == [1]
-    (event,) = w.events("IntentInvalid")
-    assert event["type"] == "Warning"
-    assert event["involvedObject"]["uid"] == MD_UID
-    assert event["message"].startswith("CountTrim server:1000000 cannot be requested: ordinal")
-    assert w.metric("retire_watcher_starts_refused_total", reason="invalid-request") == 1
-
-
-# ---------------------------------------------------------------- the eligibility label
-
-
-async def test_orphans_are_repaired_and_unready_members_lose_the_label(w: World) -> None:
-    add_md(w, replicas=3)
-    orphan, unready, unknown, retiring = add_replicas(w, range(4), eligible=False)
-    w.kube.set_label(unready, LABEL_ELIGIBLE, "true")
-    w.kube.pods[(NS, unready)]["status"]["conditions"][0]["status"] = "False"
-    w.kube.set_label(unknown, LABEL_ELIGIBLE, "true")
-    del w.kube.pods[(NS, unknown)]["status"]["conditions"]
-    w.temporal.running(request(3))  # "retiring" is ordinal 3
-    await w.pass_()
-    assert w.eligible(orphan) == "true"
-    assert w.eligible(unready) is None
-    assert w.eligible(unknown) is None
-    assert w.eligible(retiring) is None  # the running retirement's member is not touched
-    assert w.metric("retire_watcher_eligibility_changes_total", value="true") == 1
-    assert w.metric("retire_watcher_eligibility_changes_total", value="removed") == 2
-    await w.pass_()
-    assert len(w.kube.called("patch_pod")) == 3  # level-based: nothing more to do
-
-
-@pytest.mark.parametrize("outcome", [Outcome.RUNNING, Outcome.ABORTED])
-async def test_members_of_the_running_retirement_are_protected(w: World, outcome: Outcome) -> None:
-    """By role and ordinal before admission, by admitted UID after it."""
-    add_md(w, replicas=1)
-    names = add_replicas(w, range(3), eligible=False)
-    req = request(2)
-    target = target_of(req, {names[1]: f"uid-{MD}-server-1"})  # a UID the target bound
-    w.temporal.running(req, outcome=outcome, target=target)
-    await w.pass_()
-    assert w.eligible(names[0]) == "true"
-    assert w.eligible(names[1]) is None
-    assert w.eligible(names[2]) is None
-    assert [c.args["name"] for c in w.kube.called("patch_pod")] == [names[0]]
-
-
-async def test_a_just_started_retirement_is_protected_in_the_same_pass(w: World) -> None:
-    add_md(w, replicas=1)
-    names = add_replicas(w, range(2), eligible=False)
-    await w.pass_()
-    assert [r.ordinal for r in w.starts()] == [1]
-    assert w.eligible(names[0]) == "true"
-    assert w.eligible(names[1]) is None
-
-
-async def test_leader_served_groups_label_the_leader_only(w: World) -> None:
-    add_md(w, replicas=1, size=2)
-    for i in range(2):
-        w.kube.add_pod(member_pod(f"{MD}-0-{i}", deployment=MD, ordinal=0, member=i, uid=f"u{i}"))
-    await w.pass_()
-    assert w.eligible(f"{MD}-0-0") == "true"
-    assert w.eligible(f"{MD}-0-1") is None
-
-
-async def test_the_watcher_never_labels_a_group_member(w: World) -> None:
-    """Wedge 5 of the fleet issue: one rule for putting the label on
-    (``retirement.eligibility``).  A group member needs the identity probe, which only the
-    restore runs: a Ready, unlabelled member of an external-LB group (every rank serves)
-    is left to the restore, not labelled by the watcher a second later."""
-    add_md(w, replicas=1, size=2, extra_args=["--data-parallel-external-lb"])
-    for i in range(2):
-        w.kube.add_pod(
-            member_pod(
-                f"{MD}-0-{i}", deployment=MD, ordinal=0, member=i, uid=f"u{i}", eligible=False
-            )
-        )
-    await w.pass_(times=2)
-    assert w.eligible(f"{MD}-0-0") is None
-    assert w.eligible(f"{MD}-0-1") is None
-    assert w.kube.called("patch_pod") == []
-
-
-async def test_a_group_member_the_restore_held_stays_unlabelled_after_it_ends(w: World) -> None:
-    """A held retirement of a group ends (cancel-intent): its member the restore held
-    (identity not proven) is not labelled by the watcher on PodReady alone."""
-    add_md(w, replicas=2, size=2, extra_args=["--data-parallel-external-lb"])
-    for i in range(2):
-        w.kube.add_pod(
-            member_pod(
-                f"{MD}-1-{i}", deployment=MD, ordinal=1, member=i, uid=f"u{i}", eligible=False
-            )
-        )
-    w.temporal.running(request(1), outcome=Outcome.ABORTED)
-    await w.pass_()
-    w.temporal.close(WID, outcome=Outcome.ABORTED)
-    await w.pass_(times=2)
-    assert [w.eligible(f"{MD}-1-{i}") for i in range(2)] == [None, None]
-    assert w.kube.called("patch_pod") == []
-
-
-async def test_a_group_member_that_should_not_serve_still_loses_the_label(w: World) -> None:
-    add_md(w, replicas=1, size=2, extra_args=["--data-parallel-external-lb"])
-    for i in range(2):
-        w.kube.add_pod(member_pod(f"{MD}-0-{i}", deployment=MD, ordinal=0, member=i, uid=f"u{i}"))
-    w.kube.pods[(NS, f"{MD}-0-1")]["status"]["conditions"][0]["status"] = "False"
-    await w.pass_()
-    assert w.eligible(f"{MD}-0-0") == "true"
-    assert w.eligible(f"{MD}-0-1") is None
-
-
-def untouchable(kind: str, w: World, *, first: bool) -> None:
-    """A group the watcher cannot decide about, every member Ready: the first Pod has the
-    label when ``first``, the others the opposite (nothing is to change either way)."""
-    labels = iter([first])
-
-    def pod(name: str, **kw: Any) -> None:
-        eligible = next(labels, not first)
-        w.kube.add_pod(member_pod(name, deployment=MD, eligible=eligible, **kw))
-
-    if kind == "departed role":
-        add_md(w, replicas=1)
-        pod("a", role="old", ordinal=0, uid="ua")
-    elif kind == "incomplete group":
-        add_md(w, replicas=1, size=2)
-        pod("a", ordinal=0, member=0, uid="ua")
-    elif kind == "surplus group":
-        add_md(w, replicas=1)
-        pod("a", ordinal=0, uid="ua")
-        pod("b", ordinal=0, uid="ub")
-    elif kind == "disaggregated shape":
-        add_md(w, replicas=0, extra_roles=[role("prefill", replicas=1, kind="Prefill")])
-        pod("a", role="prefill", ordinal=0, uid="ua")
-    elif kind == "replaced command line":
-        body = model_deployment(MD, namespace=NS, uid=MD_UID, replicas=1)
-        body["spec"]["roles"][0]["command"] = ["python3", "serve.py"]
-        w.kube.add_deployment(body)
-        pod("a", ordinal=0, uid="ua")
-    elif kind == "leadership missing":
-        add_md(w, replicas=1, size=2)
-        pod("a", ordinal=0, uid="ua")
-        pod("b", ordinal=0, uid="ub")
-    elif kind == "terminating":
-        add_md(w, replicas=1)
-        body = member_pod("a", deployment=MD, ordinal=0, uid="ua", eligible=first)
-        body["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
-        w.kube.add_pod(body)
-    else:
-        raise AssertionError(kind)
-
-
-@pytest.mark.parametrize(
-    "kind",
-    [
-        "departed role",
-        "incomplete group",
-        "surplus group",
-        "disaggregated shape",
-        "replaced command line",
-        "leadership missing",
-        "terminating",
-    ],
-)
-@pytest.mark.parametrize("first", [True, False], ids=["labelled", "unlabelled"])
-async def test_groups_that_cannot_be_decided_are_not_touched(
-    w: World, kind: str, first: bool
-) -> None:
-    untouchable(kind, w, first=first)
-    before = {name: w.eligible(name) for _, name in w.kube.pods}
-    w.temporal.running(request(9))  # keeps the slot: no start interferes
-    await w.pass_()
-    assert w.kube.called("patch_pod") == []
-    assert {name: w.eligible(name) for _, name in w.kube.pods} == before
-
-
-async def test_a_label_changed_since_it_was_read_is_not_overwritten(w: World) -> None:
-    """The patch ``test``s the value read: a change made meanwhile (here, between the Pod
-    list and the patch) is left to the next pass."""
-    add_md(w, replicas=1)
-    (name,) = add_replicas(w, [0], eligible=False)
-    w.temporal.running(request(9))
-    w.temporal.on("describe", lambda _: w.kube.set_label(name, LABEL_ELIGIBLE, "false"))
-    await w.pass_()
-    assert len(w.kube.called("patch_pod")) == 1
-    assert w.eligible(name) == "false"
-    assert w.metric("retire_watcher_eligibility_changes_total", value="true") == 0
-    w.temporal.hooks.clear()
-    await w.pass_()
-    assert w.eligible(name) == "true"
-
-
-async def test_a_replaced_pod_is_not_relabelled(w: World) -> None:
-    add_md(w, replicas=1)
-    (name,) = add_replicas(w, [0], eligible=False)
-    w.temporal.running(request(9))
-
-    def replace(_: TemporalCall) -> None:
-        w.kube.add_pod(member_pod(name, deployment=MD, ordinal=0, uid="uid-new", eligible=False))
-
-    w.temporal.on("describe", replace)
-    await w.pass_()
-    assert w.eligible(name) is None
-    assert w.kube.pods[(NS, name)]["metadata"]["uid"] == "uid-new"
 
 
 # ---------------------------------------------------------------- errors

@@ -1,4 +1,4 @@
-"""A terminated retirement (``watcher.reconcile.Reconciler._terminated``): terminating a
+"""A terminated retirement (``watcher.terminated.TerminatedRuns``): terminating a
 retirement workflow skips its restore and its last mirror write, so ``status.retirement``
 kept saying e.g. ``Draining`` for ever and nothing said which members were left out of
 service.  The watcher reads the terminated run once: it clears ``status.retirement`` only
@@ -9,7 +9,7 @@ the eligibility label: single members get it back from the watcher's label repai
 members need a person (the identity probe).  Counted in
 ``retire_watcher_retirements_terminated_total{left_unlabelled}``.
 
-Over the fake Kubernetes layer and the fake Temporal of ``test_watcher_reconcile``.
+Over the fake Kubernetes layer and the fake Temporal of ``tests/helpers/watcher_world.py``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from retirement.names import LABEL_ELIGIBLE
 from retirement.phases import Phase
 from tests.helpers.fake_kube import member_pod
 from tests.helpers.fake_temporal import TemporalCall, rpc_error
-from tests.offline.test_watcher_reconcile import (
+from tests.helpers.watcher_world import (
     MD,
     MD_UID,
     NS,
@@ -382,7 +382,7 @@ async def test_every_terminated_series_starts_at_zero() -> None:
 
 async def test_the_event_message_fits_and_names_at_most_eight_members() -> None:
     from kube.objects import Pod
-    from watcher.reconcile import _terminated_message
+    from watcher.terminated import terminated_message as _terminated_message
 
     pods = [Pod.from_raw(member_pod(f"p{i:02d}", deployment=MD, uid=f"u{i}")) for i in range(20)]
     md = w_md()

@@ -1,4 +1,4 @@
-"""The watcher's memo of role shapes (``watcher.reconcile.role_shape``): each reading is
+"""The watcher's memo of role shapes (``watcher.labels.role_shape``): each reading is
 ``read_shape``'s for that role, whichever roles were read before it; every input of
 ``read_shape`` is part of the memo's key (two roles that differ in one input alone, read
 one after the other, each get their own reading)."""
@@ -10,7 +10,7 @@ import pytest
 from kube.deployment import Role
 from kube.objects import EnvVar
 from retirement.shape import ShapeReading, read_shape
-from watcher.reconcile import role_shape
+from watcher.labels import role_shape
 
 BASE = Role(name="server", replicas=2, kind="Server", size=2)
 #: Pairs of roles that differ in one input of ``read_shape`` and read differently.

@@ -235,7 +235,7 @@ async def test_the_ui_tells_the_story(
     """The workflow list shows what is retired; the details show what was asked; the
     current details follow the phase, the readings and, when held, how to act.  The
     summary and details are set by the product's own start paths and read back from
-    Temporal's describe: the watcher's (``Reconciler._start``, on a scale-down it derived)
+    Temporal's describe: the watcher's (``Starts._start``, on a scale-down it derived)
     and the CLI's (``retire start``)."""
     from temporalio.api.sdk.v1 import WorkflowMetadata
 

@@ -41,6 +41,7 @@ from testbed.tls_front import FrontConnection, TlsFront
 from tests.helpers import eventually, eventually_async
 from tests.workflows.fakes import FakeWorld
 from tests.workflows.test_operating_on_dev_server import start
+from watcher.retirements import Retirements
 from watcher.running import RunningSet
 from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow
@@ -504,7 +505,7 @@ async def test_the_watchers_connection_over_mtls(
         running = RunningSet()
         ns, _, name = handle.id.removeprefix("retirement/").partition("/")
         await eventually_async(
-            lambda: running.refresh(client),
+            lambda: running.refresh(Retirements(client)),
             accept=lambda _changed: (ns, name) in running.running,
             what="the watcher's visibility query listing the retirement",
             timeout=15,
