@@ -91,15 +91,13 @@ def shape_of(*, engine: str, role_kind: str, size: int, wiring: Wiring) -> Shape
     return _read_sglang(kind, size, wiring)
 
 
-def _read_vllm(kind: str, size: int, wiring: Wiring) -> ShapeReading:
-    if kind != "Server":
-        return ShapeReading(
-            Shape.DISAGGREGATED, f"role kind {kind} is a prefill/decode (disaggregated) member"
-        )
-    # The load-balancing mode, as `vllm serve` derives it (cli/serve.py): external from
-    # --data-parallel-external-lb or a --data-parallel-rank; multi-port from its flag;
-    # hybrid from --data-parallel-hybrid-lb, or a --data-parallel-start-rank when neither
-    # of the two explicit flags is set.  More than one is refused by the engine.
+def _vllm_balancing(wiring: Wiring) -> tuple[list[str], bool, list[str], str]:
+    """The load-balancing mode, as `vllm serve` derives it (cli/serve.py): external from
+    --data-parallel-external-lb or a --data-parallel-rank; multi-port from its flag;
+    hybrid from --data-parallel-hybrid-lb, or a --data-parallel-start-rank when neither
+    of the two explicit flags is set.  More than one is refused by the engine.  Returned:
+    the flags that make it external, whether it is multi-port, the flag that makes it
+    hybrid, and why the modes conflict ("" when they do not)."""
     external = [
         n
         for n, on in (
@@ -119,18 +117,23 @@ def _read_vllm(kind: str, size: int, wiring: Wiring) -> ShapeReading:
         else []
     )
     modes = [*external, *(["--data-parallel-multi-port-external-lb"] if multi else []), *hybrid]
-    if external and (multi or hybrid):
-        return ShapeReading(
-            Shape.UNDECIDABLE,
+    conflict = ""
+    if (external and (multi or hybrid)) or (multi and hybrid_flag):
+        conflict = (
             f"{' and '.join(modes)} disagree: vLLM refuses more than one data-parallel "
-            "load-balancing mode",
+            "load-balancing mode"
         )
-    if multi and hybrid_flag:
+    return external, multi, hybrid, conflict
+
+
+def _read_vllm(kind: str, size: int, wiring: Wiring) -> ShapeReading:
+    if kind != "Server":
         return ShapeReading(
-            Shape.UNDECIDABLE,
-            f"{' and '.join(modes)} disagree: vLLM refuses more than one data-parallel "
-            "load-balancing mode",
+            Shape.DISAGGREGATED, f"role kind {kind} is a prefill/decode (disaggregated) member"
         )
+    external, multi, hybrid, conflict = _vllm_balancing(wiring)
+    if conflict:
+        return ShapeReading(Shape.UNDECIDABLE, conflict)
     if wiring.raw("--kv-transfer-config") is not None:
         return ShapeReading(
             Shape.UNDECIDABLE, "role kind Server and --kv-transfer-config (disaggregation) disagree"
