@@ -3,13 +3,14 @@ engines' option tables and their corruptions (truncations, underscores, ``--no-`
 glued and ``=`` values, JSON fields, words with spaces, negative numbers, ``--``), each with
 the values and problems the reader gave when they were recorded.
 
-The answers were recorded from the single-function ``read_flags`` of ``retirement/shape.py``
-before it was split into a tokenizer and one function per token kind: this test is the proof
-that the rewrite reads every recorded list exactly as the old reader did, values and problem
-texts alike.  The list exercises every line of the old reader.  Do not re-record it to make
-a change pass: a change of behaviour is a change of these answers, made on purpose, case
-by case.  (``python -m tests.unit.test_read_flags_recorded`` prints a fresh recording, to
-compare with, never to copy over blindly.)
+The answers were recorded (commit bb5ea2a) from the single-function ``read_flags`` of
+``retirement/shape.py``, before it became the package ``retirement/shape/`` and the reader a
+tokenizer and one function per token kind: this test is the proof that the rewrite reads
+every recorded list exactly as the old reader did, values and problem texts alike.  The
+list exercises every line of the old reader.  Do not re-record it to make a change pass: a
+change of behaviour is a change of these answers, made on purpose, case by case.
+(``python -m tests.unit.test_read_flags_recorded`` prints a fresh recording, to compare
+with, never to copy over blindly.)
 """
 
 from __future__ import annotations
