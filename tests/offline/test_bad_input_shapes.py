@@ -1,4 +1,4 @@
-"""Bad role shapes and Pod objects (``retirement/shape.py``, ``retirement/intents.py``):
+"""Bad role shapes and Pod objects (``retirement/shape/``, ``retirement/intents.py``):
 nothing undecidable reads as a supported shape, no member set that cannot be decided is
 selected, and no malformed Pod yields a removal intent."""
 
