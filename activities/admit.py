@@ -14,7 +14,7 @@ now, or no eligibility label now, is not used: neither says what a member did be
 member that served may have lost both).
 Such a member is bound with no container ID: the drain then reads it without an exec,
 "never started: nothing to drain", and fails if it has started since
-(``activities.drain.sample_member``).  A whole replica is bound so only when none of its
+(``activities.sampling.sample_member``).  A whole replica is bound so only when none of its
 members ever started; a surplus member is judged on its own (it is retired on its own):
 one that never started is bound so and measured (its reading is that proof), one that
 started is measured only if the rule says it answers.  Everything else (disqualify,

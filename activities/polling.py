@@ -85,7 +85,7 @@ def poll_until(
 #: A poll is mostly Python work under the GIL, so a few at once keep one core busy; many
 #: at once only hold more decoded answers in memory and starve each other's I/O of the
 #: GIL (an exec whose websocket is read by a starved thread times out).  With the default
-#: exec slots (``activities.drain.DEFAULT_EXEC_SLOTS``, also 16) this is the tighter bound.
+#: exec slots (``activities.sampling.DEFAULT_EXEC_SLOTS``, also 16) this is the tighter bound.
 DEFAULT_POLL_SLOTS = 16
 #: How long the first poll of an attempt waits for a slot before it polls without one: it
 #: has no progress of its own to heartbeat yet, and must not go quiet past the heartbeat

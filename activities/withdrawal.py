@@ -12,7 +12,6 @@ import time
 
 import httpx
 
-from activities.drain import Replaced, sample_member
 from activities.fencing import fence, heartbeat
 from activities.labels_off import labels_still_off
 from activities.polling import poll_until, resumed, seconds_left
@@ -25,6 +24,7 @@ from activities.routers import (
     resolve,
     worker_host,
 )
+from activities.sampling import Replaced, sample_member
 from kube.api import KubeApi
 from kube.errors import KubeError
 from kube.members import MemberGone, read_member

@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from temporalio.runtime import Runtime
 
-from activities.drain import limit_execs
 from activities.polling import limit_polls
+from activities.sampling import limit_execs
 from connection.client import connect
 from connection.errors import ConnectionConfigError
 from connection.process import LOG_FORMAT, end_process, error_line, fail, kubeconfig_error

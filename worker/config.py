@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from activities.drain import DEFAULT_EXEC_SLOTS
 from activities.polling import DEFAULT_POLL_SLOTS
+from activities.sampling import DEFAULT_EXEC_SLOTS
 from connection.flags import ConnectionFlags, add_connection_flags, add_task_queue_flag
 from connection.process import (
     DEFAULT_LOG_LEVEL,

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from activities import drain as drain_module
-from activities.drain import DEFAULT_EXEC_SLOTS, exec_oneshot, exec_slots, limit_execs
+from activities import sampling as sampling_module
+from activities.sampling import DEFAULT_EXEC_SLOTS, exec_oneshot, exec_slots, limit_execs
 from kube.api import ExecResult
 from retirement.models import MemberTarget, Target
 from retirement.readings import parse_oneshot_output
@@ -67,7 +67,7 @@ def test_reads_of_many_retirements_run_at_most_the_slots_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     limit_execs(2)
-    monkeypatch.setattr(drain_module, "EXEC_SLOT_WAIT_S", 30.0)
+    monkeypatch.setattr(sampling_module, "EXEC_SLOT_WAIT_S", 30.0)
     api = HeldExecs()
     target, m = member()
     results: list[tuple[str, str]] = []
@@ -91,7 +91,7 @@ def test_a_read_that_finds_no_slot_in_time_reads_unknown_with_the_reason(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     limit_execs(1)
-    monkeypatch.setattr(drain_module, "EXEC_SLOT_WAIT_S", 0.05)
+    monkeypatch.setattr(sampling_module, "EXEC_SLOT_WAIT_S", 0.05)
     api = HeldExecs()
     target, m = member()
     holder = threading.Thread(target=exec_oneshot, args=(api, target, m))
