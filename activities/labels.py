@@ -24,7 +24,7 @@ from activities.routers import (
     worker_host,
     worker_url,
 )
-from activities.withdrawal import router_kind, router_pods, services_missing
+from activities.routing import router_kind, router_pods, services_missing
 from kube.api import KubeApi
 from kube.members import ELIGIBLE_VALUE, LabelChange, MemberGone, read_member, set_eligibility
 from kube.objects import Pod, pod_ready

@@ -2,9 +2,8 @@
 its addresses or its Pod UID as ``targetRef``), but those of the per-replica headless
 Services, and every router Pod of the deployment has stopped selecting it.
 
-The helpers here (Services, router discovery) are shared with the restore, which reads
-back the opposite: the Services that select a member list it again, and every router Pod
-selects it again."""
+What routes to a target is read through ``activities.routing`` (shared with the drain's
+re-check and the restore)."""
 
 from __future__ import annotations
 
@@ -18,17 +17,14 @@ from activities.polling import poll_until, resumed, seconds_left
 from activities.routers import (
     TIMEOUT_S,
     Generations,
-    RouterObserver,
-    RouterView,
     canonical_ip,
-    resolve,
     worker_host,
 )
+from activities.routing import read_router, router_pods, services_listing
 from activities.sampling import Replaced, sample_member
 from kube.api import KubeApi
 from kube.errors import KubeError
 from kube.members import MemberGone, read_member
-from kube.objects import EndpointSlice, Pod, Service
 from retirement.drain import next_read_in
 from retirement.models import (
     MemberTarget,
@@ -38,7 +34,6 @@ from retirement.models import (
     Target,
     WithdrawProgress,
 )
-from retirement.names import LABEL_ELIGIBLE, LABEL_INSTANCE, LABEL_ROUTER
 from retirement.phases import Verdict
 
 #: The reading under which withdrawal reports the router removals it asked for.
@@ -47,64 +42,6 @@ REMOVALS_READING = "routers/removal-requested"
 #: interval (measured on the bed: vllm-router 0.1.17 drops a de-labelled Pod in ~0.2 s,
 #: smg marks it draining in ~1 s, the SGLang gateway removes a worker asked to at once).
 FIRST_REPOLL_S = 0.1
-
-
-def excluded_services(services: list[Service]) -> set[str]:
-    """The per-replica headless Services (SPEC section 2): headless, selecting Pods, and
-    not on the eligibility label.  They keep listing a withdrawn member by design; every
-    other EndpointSlice of the namespace counts."""
-    return {
-        s.name for s in services if s.headless and s.selector and LABEL_ELIGIBLE not in s.selector
-    }
-
-
-def _slice_owner(s: EndpointSlice) -> str:
-    return s.service or f"(no Service: EndpointSlice {s.name})"
-
-
-def services_listing(
-    api: KubeApi, target: Target, addresses: set[str] | None = None
-) -> dict[str, list[str]]:
-    """Every Service of the namespace (but the per-replica headless ones) whose
-    EndpointSlices still list a target: one of its addresses, or its Pod UID as
-    ``targetRef``; Service name -> what is listed."""
-    if addresses is None:
-        addresses = {m.ip for m in target.members}
-    uids = set(target.uids)
-    skip = excluded_services(api.list_services(namespace=target.namespace))
-    found: dict[str, list[str]] = {}
-    for s in api.list_namespace_endpoint_slices(namespace=target.namespace):
-        if s.service in skip:
-            continue
-        listed = s.listing(addresses, uids)
-        if listed:
-            owner = found.setdefault(_slice_owner(s), [])
-            owner.extend(x for x in listed if x not in owner)
-    return {k: sorted(v) for k, v in sorted(found.items())}
-
-
-def services_missing(
-    api: KubeApi, namespace: str, labels: dict[str, str], addresses: set[str], uid: str
-) -> list[str]:
-    """The Services that select a Pod labelled ``labels`` (but the per-replica headless
-    ones) and whose EndpointSlices do not list it (by address or ``targetRef``) yet."""
-    services = api.list_services(namespace=namespace)
-    skip = excluded_services(services)
-    selecting = [
-        s.name
-        for s in services
-        if s.name not in skip
-        and s.selector
-        and all(labels.get(k) == v for k, v in s.selector.items())
-    ]
-    if not selecting:
-        return []
-    slices = api.list_namespace_endpoint_slices(namespace=namespace)
-    return [
-        name
-        for name in selecting
-        if not any(s.service == name and s.listing(addresses, {uid}) for s in slices)
-    ]
 
 
 def member_addresses(api: KubeApi, target: Target, m: MemberTarget) -> set[str] | None:
@@ -116,16 +53,6 @@ def member_addresses(api: KubeApi, target: Target, m: MemberTarget) -> set[str] 
     except KubeError:
         return None
     return {m.ip} if isinstance(pod, MemberGone) else {m.ip, *pod.pod_ips}
-
-
-def router_pods(api: KubeApi, target: Target, *, leaving: bool = True) -> list[Pod]:
-    """The deployment's router Pods.  A terminating one still routes until it is gone, so
-    withdrawal and its re-checks ask it too (``leaving``); the restore does not wait for
-    one to select a member again (it is going away)."""
-    pods = api.list_pods(
-        namespace=target.namespace, selector=f"{LABEL_INSTANCE}={target.deployment},{LABEL_ROUTER}"
-    )
-    return [p for p in pods if leaving or not p.terminating]
 
 
 def may_remove(api: KubeApi, target: Target, url: str) -> Observation | str:
@@ -145,29 +72,6 @@ def may_remove(api: KubeApi, target: Target, url: str) -> Observation | str:
     if host is None or host not in live:
         return f"not removed: {url} is not the address of a live member"
     return ""
-
-
-def router_kind(pod: Pod, target: Target) -> str:
-    """The kind of a router Pod: the deployment's declared router (``spec.router``, bound at
-    admission), whatever the Pod's router label says ("" when none is declared)."""
-    return target.router or ""
-
-
-def read_router(
-    http: httpx.Client, pod: Pod, target: Target, generations: Generations
-) -> tuple[RouterObserver, str, RouterView] | str:
-    """One router Pod's answer that may count, with its observer and base URL, or why there
-    is none: the Pod cannot be observed (unknown kind, no address), the answer failed or is
-    stale, or the router restarted since an earlier answer of this phase."""
-    found = resolve(pod, router_kind(pod, target))
-    if isinstance(found, str):
-        return f"cannot observe: {found}"
-    obs, base = found
-    view = obs.view(http, base)
-    why = view.stale(time.time()) or generations.admit(pod.uid, view)
-    if why:
-        return f"no fresh answer: {why}"
-    return obs, base, view
 
 
 def withdraw(
