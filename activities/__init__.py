@@ -20,6 +20,7 @@ from activities import deletion as _deletion
 from activities import drain as _drain
 from activities import labels as _labels
 from activities import publish as _publish
+from activities import restore as _restore
 from activities import withdrawal as _withdrawal
 from activities.errors import application_errors
 from activities.fencing import held
@@ -119,7 +120,7 @@ class RetirementActivities:
         ):
 
             def once() -> Observation:
-                state[0] = _labels.restore_once(
+                state[0] = _restore.restore_once(
                     self._kube,
                     inp.target,
                     state[0],

@@ -3,7 +3,7 @@ per-replica headless ones), and the deployment's router Pods with each one's ans
 
 Read by the withdrawal (``activities.withdrawal``: nothing lists or selects a target any
 more), by its re-check in every drain round (``activities.recheck``), and by the restore
-(``activities.labels``), which reads back the opposite: the Services that select a
+(``activities.restore``), which reads back the opposite: the Services that select a
 member list it again, and every router Pod selects it again.  Nothing here writes."""
 
 from __future__ import annotations
