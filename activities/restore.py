@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from activities.fencing import fence, heartbeat
+from activities.polling import poll_until
 from activities.probes import identity_probe, probes_supported
 from activities.routers import (
     TIMEOUT_S,
@@ -30,14 +31,56 @@ from kube.api import KubeApi
 from kube.members import ELIGIBLE_VALUE, LabelChange, MemberGone, read_member, set_eligibility
 from kube.objects import Pod, pod_ready
 from retirement.eligibility import in_group, label_refusal
-from retirement.models import MemberTarget, RestoreResult, Target
+from retirement.models import MemberTarget, Observation, PhaseInput, RestoreResult, Target
 from retirement.names import LABEL_ELIGIBLE, LABEL_MEMBER_INDEX
+from retirement.phases import Verdict
 from retirement.shape import GROUP_SHAPES
 
 #: How long the restore waits before asking a router again to add the same worker (an
 #: add is asynchronous on the SGLang gateway, and vllm-router holds the call open until the
 #: worker is healthy).
 ADD_AGAIN_AFTER_S = 10.0
+
+
+def restore(
+    api: KubeApi, inp: PhaseInput, *, transport: httpx.BaseTransport | None = None
+) -> RestoreResult:
+    """Put the label back on members that still qualify, and every router's selection of
+    them (read back, with the Services'), until decided or the deadline.
+
+    ``transport``: the HTTP transport of the router calls (tests answer them offline)."""
+    state = [RestoreResult()]
+    asked: dict[str, tuple[float, str]] = {}
+    since: dict[str, float] = {}
+
+    # Always at least one whole pass, however late the attempt starts (past its
+    # deadline: one pass, then it ends): a late attempt that did nothing would read as
+    # every member back.  What it could not confirm is reported held.
+    with httpx.Client(trust_env=False, timeout=TIMEOUT_S, transport=transport) as http:
+
+        def once() -> Observation:
+            state[0] = restore_once(
+                api,
+                inp.target,
+                state[0],
+                http=http,
+                removals=inp.router_removals,
+                asked=asked,
+                since=since,
+            )
+            waiting = state[0].held
+            return Observation(
+                verdict=Verdict.UNKNOWN if waiting else Verdict.VERIFIED,
+                reason="; ".join(f"{k}: {v}" for k, v in waiting.items()),
+            )
+
+        poll_until(
+            deadline=inp.deadline,
+            interval=inp.poll_interval_s,
+            once=once,
+            tenant=inp.target.namespace,
+        )
+    return state[0]
 
 
 class _Routers:
