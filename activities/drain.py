@@ -43,75 +43,89 @@ def drain(api: KubeApi, inp: PhaseInput) -> Observation:
     not idle.  A resumed attempt goes on from the previous attempt's idle read only if
     that read is recent (``retirement.drain.resume``).  The wait after each round is
     ``retirement.drain.next_read_in`` of that round's reads."""
-    target = inp.target
-    members = [m for m in target.members if m.measured]
-    settle_s = 0.0 if steps_counted(target.engine, target.engine_version) else SGLANG_GAUGE_SETTLE_S
-    state: DrainHeartbeat = resumed(DrainHeartbeat) or DrainHeartbeat()
-    progress: list[DrainProgress] = [
-        resume(state.progress, now=datetime.now(UTC), poll_interval_s=inp.poll_interval_s)
-    ]
-    #: The last round's requests in flight (None: not every read complete), and the wait
-    #: before that round: what the next wait is derived from.
-    in_flight: list[float | None] = [None]
-    spacing = [inp.poll_interval_s]
-
-    exact = all(m.exact_load for m in members) and bool(members)
-
-    def next_wait(_: Observation) -> float:
-        spacing[0] = next_read_in(
-            in_flight=in_flight[0],
-            previous_s=spacing[0],
-            base_s=inp.poll_interval_s,
-            left_s=seconds_left(inp.deadline),
-            idle_s=EXACT_IDLE_SPACING_S if exact else None,
-        )
-        return spacing[0]
-
     with httpx.Client(trust_env=False, timeout=RECHECK_HTTP_TIMEOUT_S) as http:
-
-        def once() -> Observation:
-            read_at = datetime.now(UTC)  # the round's reads are no older than this
-            # With the exact count, each exec reads twice (the proof's two reads, spaced as
-            # the count allows), and the round folds both into the rule in order.
-            reads: dict[str, list[Sample]] = {}
-            for m in members:
-                heartbeat()  # one read may take its exec slot wait and exec bound
-                try:
-                    reads[m.pod] = sample_member_reads(api, target, m, twice=exact)
-                except Replaced as e:
-                    return Observation(verdict=Verdict.FAILED, reason=f"member {e}")
-            rounds = [{k: v[i] for k, v in reads.items()} for i in range(2 if exact else 1)]
-            samples = rounds[-1]
-            in_flight[0] = busy_in_flight(target.measured, samples)
-            readings = {k: _describe(s) for k, s in samples.items()}
-            check = still_withdrawn(api, target, http)  # after the reads: no older than them
-            readings.update(check.readings)
-            if check.verdict is Verdict.FAILED:
-                progress[0] = DrainProgress(rounds=progress[0].rounds + 1)
-                return Observation(verdict=Verdict.FAILED, reason=check.reason, readings=readings)
-            for each in rounds:  # the last read's verdict stands (a busy one undoes the first)
-                new, verdict, reason = observe_round(
-                    progress[0],
-                    measured=target.measured,
-                    samples=each,
-                    not_withdrawn="" if check.verdict is Verdict.VERIFIED else check.reason,
-                    at=datetime.now(UTC),
-                    settle_s=settle_s,
-                )
-                progress[0] = new
-            return Observation(
-                verdict=verdict,
-                reason=reason,
-                readings=readings,
-                evidence_at=read_at if verdict is Verdict.VERIFIED else None,
-            )
-
+        rounds = DrainRounds(api, inp, http)
         return poll_until(
             deadline=inp.deadline,
-            interval=next_wait,
-            once=once,
-            details=lambda obs: DrainHeartbeat(progress=progress[0], readings=obs.readings),
-            tenant=target.namespace,
+            interval=rounds.next_wait,
+            once=rounds.once,
+            details=rounds.details,
+            tenant=inp.target.namespace,
+        )
+
+
+class DrainRounds:
+    """One drain attempt's loop state: the drain rule's progress, and what the next wait
+    is derived from (the last round's requests in flight and the wait before it)."""
+
+    def __init__(self, api: KubeApi, inp: PhaseInput, http: httpx.Client) -> None:
+        target = inp.target
+        self.api, self.inp, self.target = api, inp, target
+        #: The HTTP client of the attempt's re-checks (one per attempt).
+        self.http = http
+        self.members = [m for m in target.members if m.measured]
+        self.settle_s = (
+            0.0 if steps_counted(target.engine, target.engine_version) else SGLANG_GAUGE_SETTLE_S
+        )
+        state: DrainHeartbeat = resumed(DrainHeartbeat) or DrainHeartbeat()
+        self.progress: DrainProgress = resume(
+            state.progress, now=datetime.now(UTC), poll_interval_s=inp.poll_interval_s
+        )
+        #: The last round's requests in flight (None: not every read complete), and the
+        #: wait before that round: what the next wait is derived from.
+        self.in_flight: float | None = None
+        self.spacing = inp.poll_interval_s
+        self.exact = all(m.exact_load for m in self.members) and bool(self.members)
+
+    def next_wait(self, _: Observation) -> float:
+        self.spacing = next_read_in(
+            in_flight=self.in_flight,
+            previous_s=self.spacing,
+            base_s=self.inp.poll_interval_s,
+            left_s=seconds_left(self.inp.deadline),
+            idle_s=EXACT_IDLE_SPACING_S if self.exact else None,
+        )
+        return self.spacing
+
+    def details(self, obs: Observation) -> DrainHeartbeat:
+        return DrainHeartbeat(progress=self.progress, readings=obs.readings)
+
+    def once(self) -> Observation:
+        """One round: the members' reads, the re-check, folded into the rule."""
+        target = self.target
+        read_at = datetime.now(UTC)  # the round's reads are no older than this
+        # With the exact count, each exec reads twice (the proof's two reads, spaced as
+        # the count allows), and the round folds both into the rule in order.
+        reads: dict[str, list[Sample]] = {}
+        for m in self.members:
+            heartbeat()  # one read may take its exec slot wait and exec bound
+            try:
+                reads[m.pod] = sample_member_reads(self.api, target, m, twice=self.exact)
+            except Replaced as e:
+                return Observation(verdict=Verdict.FAILED, reason=f"member {e}")
+        rounds = [{k: v[i] for k, v in reads.items()} for i in range(2 if self.exact else 1)]
+        samples = rounds[-1]
+        self.in_flight = busy_in_flight(target.measured, samples)
+        readings = {k: _describe(s) for k, s in samples.items()}
+        check = still_withdrawn(self.api, target, self.http)  # after the reads: no older
+        readings.update(check.readings)
+        if check.verdict is Verdict.FAILED:
+            self.progress = DrainProgress(rounds=self.progress.rounds + 1)
+            return Observation(verdict=Verdict.FAILED, reason=check.reason, readings=readings)
+        for each in rounds:  # the last read's verdict stands (a busy one undoes the first)
+            self.progress, verdict, reason = observe_round(
+                self.progress,
+                measured=target.measured,
+                samples=each,
+                not_withdrawn="" if check.verdict is Verdict.VERIFIED else check.reason,
+                at=datetime.now(UTC),
+                settle_s=self.settle_s,
+            )
+        return Observation(
+            verdict=verdict,
+            reason=reason,
+            readings=readings,
+            evidence_at=read_at if verdict is Verdict.VERIFIED else None,
         )
 
 
