@@ -25,6 +25,7 @@ from activities.sampling import Replaced, sample_member
 from kube.api import KubeApi
 from kube.errors import KubeError
 from kube.members import MemberGone, read_member
+from kube.objects import Pod
 from retirement.drain import next_read_in
 from retirement.models import (
     MemberTarget,
@@ -80,124 +81,149 @@ def withdraw(
     """Poll until withdrawn from every Service and router, or the deadline.
 
     ``transport``: the HTTP transport of the router calls (tests answer them offline)."""
-    target = inp.target
-    progress: WithdrawProgress = resumed(WithdrawProgress) or WithdrawProgress()
-    requested = set(progress.removal_requested)
-    quiet: dict[str, object] = {}
-    routerless = [False]  # the last poll found no router Pod (the router-less policy applies)
-    known: dict[str, set[str]] = {}
-    generations = Generations()  # per router Pod, within this attempt of the phase
-
     with httpx.Client(trust_env=False, timeout=TIMEOUT_S, transport=transport) as http:
-
-        def addresses() -> set[str]:
-            for m in target.members:
-                if m.pod not in known:
-                    read = member_addresses(api, target, m)
-                    if read is not None:
-                        known[m.pod] = read
-            return {m.ip for m in target.members} | {a for ips in known.values() for a in ips}
-
-        def once() -> Observation:
-            readings: dict[str, str] = {}
-            targets = addresses()
-            heartbeat()
-            services = services_listing(api, target, targets)
-            for name, listed in services.items():
-                readings[f"service/{name}"] = f"still lists {', '.join(listed)}"
-            heartbeat()
-            routers = router_pods(api, target)
-            routerless[0] = not routers and not target.router
-            pending: list[str] = []
-            if not routers:
-                if target.router:
-                    pending.append(f"router {target.router} declared but no router Pod found")
-                else:
-                    verdict, why = _routerless(api, inp, quiet)
-                    readings["routers"] = why
-                    if verdict is not Verdict.VERIFIED:
-                        pending.append(why)
-            pods = {m.pod for m in target.members}
-            for pod in routers:
-                heartbeat()  # one router answer may take its whole timeout
-                name = f"router/{pod.name}"
-                read = read_router(http, pod, target, generations)
-                if isinstance(read, str):
-                    readings[name] = read
-                    pending.append(f"router {pod.name}: {read}")
-                    continue
-                obs, base, view = read
-                still = view.holding(targets, pods)
-                if not still:
-                    readings[name] = "selects no target"
-                    continue
-                readings[name] = view.describe(still)
-                pending.append(f"router {pod.name} {readings[name]}")
-                if not obs.active:
-                    continue  # passive (llm-d): it drops the member once the label is gone
-                for url in (w for w in still if w in view.workers):  # ask; the next poll verifies
-                    allowed = may_remove(api, target, url)
-                    if isinstance(allowed, Observation):
-                        return allowed.model_copy(update={"router_removals": sorted(requested)})
-                    if allowed:
-                        pending.append(f"router {pod.name}: {allowed}")
-                        continue
-                    fence(f"asking router {pod.name} to remove {url}")
-                    key = f"{pod.uid}|{url}"
-                    requested.add(key)  # recorded before the call: it may act and time out
-                    obs.remove(http, base, url, view.workers[url])
-            removals = sorted(requested)
-            if removals:
-                readings[REMOVALS_READING] = ", ".join(removals)
-            if services or pending:
-                reasons = [f"service {n} lists {', '.join(a)}" for n, a in services.items()]
-                return Observation(
-                    verdict=Verdict.UNKNOWN,
-                    reason="; ".join(reasons + pending),
-                    readings=readings,
-                    router_removals=removals,
-                )
-            return Observation(
-                verdict=Verdict.VERIFIED,
-                readings=readings,
-                reason="no Service lists and no router selects a target",
-                router_removals=removals,
-            )
-
-        spacing = [inp.poll_interval_s]
-        polls = [0]
-
-        def next_poll(_: Observation) -> float:
-            """Quick at first (``FIRST_REPOLL_S``, doubling up to the poll interval): a
-            router drops a de-labelled worker or takes a removal within a fraction of a
-            second, and an idle replica should not wait a whole interval for the proof.
-            For a router-less read that could not be made (an exec that timed out under
-            load) the wait doubles from the poll interval, as the drain's does
-            (``retirement.drain.next_read_in``); the quiet window is measured in time, so
-            sparser reads only make it end later, never sooner."""
-            polls[0] += 1
-            if not routerless[0]:
-                return min(inp.poll_interval_s, FIRST_REPOLL_S * 2.0 ** (polls[0] - 1))
-            strained = bool(quiet.pop("strained", False))
-            spacing[0] = next_read_in(
-                in_flight=None if strained else 0.0,
-                previous_s=spacing[0],
-                # A quiet window shorter than the poll interval is read again when it can
-                # end (never sooner than the first re-poll's spacing).
-                base_s=min(inp.poll_interval_s, max(inp.quiet_window_s, FIRST_REPOLL_S)),
-                left_s=seconds_left(inp.deadline),
-            )
-            return spacing[0]
-
+        polls = WithdrawPolls(api, inp, http)
         return poll_until(
             deadline=inp.deadline,
-            interval=next_poll,
-            once=once,
-            details=lambda obs: WithdrawProgress(
-                polls=obs.polls, removal_requested=sorted(requested), last=obs
-            ),
+            interval=polls.next_poll,
+            once=polls.once,
+            details=polls.details,
             tenant=inp.target.namespace,
         )
+
+
+class WithdrawPolls:
+    """One withdrawal attempt's loop state: the router removals asked for (with the
+    previous attempt's), the router-less quiet window, whether the last poll found no
+    router Pod, the members' addresses read, the routers' boot generations, and what the
+    next wait is derived from."""
+
+    def __init__(self, api: KubeApi, inp: PhaseInput, http: httpx.Client) -> None:
+        self.api, self.inp, self.target, self.http = api, inp, inp.target, http
+        progress: WithdrawProgress = resumed(WithdrawProgress) or WithdrawProgress()
+        self.requested = set(progress.removal_requested)
+        self.quiet: dict[str, object] = {}
+        #: The last poll found no router Pod (the router-less policy applies).
+        self.routerless = False
+        self.known: dict[str, set[str]] = {}
+        self.generations = Generations()  # per router Pod, within this attempt of the phase
+        self.spacing = inp.poll_interval_s
+        self.polls = 0
+
+    def details(self, obs: Observation) -> WithdrawProgress:
+        return WithdrawProgress(polls=obs.polls, removal_requested=sorted(self.requested), last=obs)
+
+    def addresses(self) -> set[str]:
+        target = self.target
+        for m in target.members:
+            if m.pod not in self.known:
+                read = member_addresses(self.api, target, m)
+                if read is not None:
+                    self.known[m.pod] = read
+        return {m.ip for m in target.members} | {a for ips in self.known.values() for a in ips}
+
+    def once(self) -> Observation:
+        """One poll: the Services' listings, then every router Pod (asked to remove what
+        it still selects, when it may)."""
+        api, target = self.api, self.target
+        readings: dict[str, str] = {}
+        targets = self.addresses()
+        heartbeat()
+        services = services_listing(api, target, targets)
+        for name, listed in services.items():
+            readings[f"service/{name}"] = f"still lists {', '.join(listed)}"
+        heartbeat()
+        routers = router_pods(api, target)
+        self.routerless = not routers and not target.router
+        pending: list[str] = []
+        if not routers:
+            if target.router:
+                pending.append(f"router {target.router} declared but no router Pod found")
+            else:
+                verdict, why = _routerless(api, self.inp, self.quiet)
+                readings["routers"] = why
+                if verdict is not Verdict.VERIFIED:
+                    pending.append(why)
+        for pod in routers:
+            ended = self._router(pod, targets, readings, pending)
+            if ended is not None:
+                return ended
+        removals = sorted(self.requested)
+        if removals:
+            readings[REMOVALS_READING] = ", ".join(removals)
+        if services or pending:
+            reasons = [f"service {n} lists {', '.join(a)}" for n, a in services.items()]
+            return Observation(
+                verdict=Verdict.UNKNOWN,
+                reason="; ".join(reasons + pending),
+                readings=readings,
+                router_removals=removals,
+            )
+        return Observation(
+            verdict=Verdict.VERIFIED,
+            readings=readings,
+            reason="no Service lists and no router selects a target",
+            router_removals=removals,
+        )
+
+    def _router(
+        self, pod: Pod, targets: set[str], readings: dict[str, str], pending: list[str]
+    ) -> Observation | None:
+        """Read one router Pod (its reading and why it is pending, if it is), and ask an
+        active one to remove every target it still selects; the Observation that ends the
+        phase when a removal may not be asked for (``may_remove``: FAILED)."""
+        api, target, http = self.api, self.target, self.http
+        heartbeat()  # one router answer may take its whole timeout
+        name = f"router/{pod.name}"
+        read = read_router(http, pod, target, self.generations)
+        if isinstance(read, str):
+            readings[name] = read
+            pending.append(f"router {pod.name}: {read}")
+            return None
+        obs, base, view = read
+        still = view.holding(targets, {m.pod for m in target.members})
+        if not still:
+            readings[name] = "selects no target"
+            return None
+        readings[name] = view.describe(still)
+        pending.append(f"router {pod.name} {readings[name]}")
+        if not obs.active:
+            return None  # passive (llm-d): it drops the member once the label is gone
+        for url in (w for w in still if w in view.workers):  # ask; the next poll verifies
+            allowed = may_remove(api, target, url)
+            if isinstance(allowed, Observation):
+                return allowed.model_copy(update={"router_removals": sorted(self.requested)})
+            if allowed:
+                pending.append(f"router {pod.name}: {allowed}")
+                continue
+            fence(f"asking router {pod.name} to remove {url}")
+            key = f"{pod.uid}|{url}"
+            self.requested.add(key)  # recorded before the call: it may act and time out
+            obs.remove(http, base, url, view.workers[url])
+        return None
+
+    def next_poll(self, _: Observation) -> float:
+        """Quick at first (``FIRST_REPOLL_S``, doubling up to the poll interval): a
+        router drops a de-labelled worker or takes a removal within a fraction of a
+        second, and an idle replica should not wait a whole interval for the proof.
+        For a router-less read that could not be made (an exec that timed out under
+        load) the wait doubles from the poll interval, as the drain's does
+        (``retirement.drain.next_read_in``); the quiet window is measured in time, so
+        sparser reads only make it end later, never sooner."""
+        inp = self.inp
+        self.polls += 1
+        if not self.routerless:
+            return min(inp.poll_interval_s, FIRST_REPOLL_S * 2.0 ** (self.polls - 1))
+        strained = bool(self.quiet.pop("strained", False))
+        self.spacing = next_read_in(
+            in_flight=None if strained else 0.0,
+            previous_s=self.spacing,
+            # A quiet window shorter than the poll interval is read again when it can
+            # end (never sooner than the first re-poll's spacing).
+            base_s=min(inp.poll_interval_s, max(inp.quiet_window_s, FIRST_REPOLL_S)),
+            left_s=seconds_left(inp.deadline),
+        )
+        return self.spacing
 
 
 def _routerless(api: KubeApi, inp: PhaseInput, quiet: dict[str, object]) -> tuple[Verdict, str]:
