@@ -49,38 +49,47 @@ def restore(
     them (read back, with the Services'), until decided or the deadline.
 
     ``transport``: the HTTP transport of the router calls (tests answer them offline)."""
-    state = [RestoreResult()]
-    asked: dict[str, tuple[float, str]] = {}
-    since: dict[str, float] = {}
-
     # Always at least one whole pass, however late the attempt starts (past its
     # deadline: one pass, then it ends): a late attempt that did nothing would read as
     # every member back.  What it could not confirm is reported held.
     with httpx.Client(trust_env=False, timeout=TIMEOUT_S, transport=transport) as http:
-
-        def once() -> Observation:
-            state[0] = restore_once(
-                api,
-                inp.target,
-                state[0],
-                http=http,
-                removals=inp.router_removals,
-                asked=asked,
-                since=since,
-            )
-            waiting = state[0].held
-            return Observation(
-                verdict=Verdict.UNKNOWN if waiting else Verdict.VERIFIED,
-                reason="; ".join(f"{k}: {v}" for k, v in waiting.items()),
-            )
-
+        passes = RestorePasses(api, inp, http)
         poll_until(
             deadline=inp.deadline,
             interval=inp.poll_interval_s,
-            once=once,
+            once=passes.once,
             tenant=inp.target.namespace,
         )
-    return state[0]
+    return passes.result
+
+
+class RestorePasses:
+    """One restore attempt's loop state: the result so far, when each router add was last
+    asked (and what the router answered), and since when each router selects each member
+    again (``restore_once``)."""
+
+    def __init__(self, api: KubeApi, inp: PhaseInput, http: httpx.Client) -> None:
+        self.api, self.inp, self.http = api, inp, http
+        self.result = RestoreResult()
+        self.asked: dict[str, tuple[float, str]] = {}
+        self.since: dict[str, float] = {}
+
+    def once(self) -> Observation:
+        """One pass over the members still to decide."""
+        self.result = restore_once(
+            self.api,
+            self.inp.target,
+            self.result,
+            http=self.http,
+            removals=self.inp.router_removals,
+            asked=self.asked,
+            since=self.since,
+        )
+        waiting = self.result.held
+        return Observation(
+            verdict=Verdict.UNKNOWN if waiting else Verdict.VERIFIED,
+            reason="; ".join(f"{k}: {v}" for k, v in waiting.items()),
+        )
 
 
 class _Routers:
@@ -224,6 +233,23 @@ def _probe(target: Target, m: MemberTarget) -> str:
     return identity_probe(target, m)
 
 
+class _MayAdd:
+    """Whether a member may be added to a router: a group member only once its identity
+    probe passed in this pass (a label put back on it counts: the probe passed for it)."""
+
+    def __init__(self, target: Target, m: MemberTarget, group: bool) -> None:
+        self.target, self.m, self.group = target, m, group
+        self.probed = False
+
+    def check(self) -> str:
+        """Empty when it may, else why not (the probe is asked until it passes once)."""
+        if not self.group or self.probed:
+            return ""
+        why = _probe(self.target, self.m)
+        self.probed = not why
+        return why
+
+
 def restore_once(
     api: KubeApi,
     target: Target,
@@ -261,7 +287,7 @@ def restore_once(
                 held.pop(m.pod, None)
                 continue
             ready = pod_ready(pod)
-            probed = [False]
+            may_add = _MayAdd(target, m, group)
             current = pod.labels.get(LABEL_ELIGIBLE)
             # Not yet: evaluated again while held (it may recover).  The label goes back
             # by the rule the watcher's repair also follows (retirement.eligibility).
@@ -274,7 +300,7 @@ def restore_once(
                 held[m.pod] = refusal
                 continue
             if current != ELIGIBLE_VALUE:
-                probed[0] = group
+                may_add.probed = group
                 fence(f"putting the label back on {m.pod}")
                 change = set_eligibility(
                     api,
@@ -292,20 +318,11 @@ def restore_once(
                     held.pop(m.pod, None)
                     continue
 
-            def may_add(
-                m: MemberTarget = m, probed: list[bool] = probed, group: bool = group
-            ) -> str:
-                if not group or probed[0]:
-                    return ""
-                why = _probe(target, m)
-                probed[0] = not why
-                return why
-
             labels = {**pod.labels, LABEL_ELIGIBLE: ELIGIBLE_VALUE}
             addresses = {m.ip, *pod.pod_ips}
             unlisted = services_missing(api, target.namespace, labels, addresses, m.uid)
             reasons = [f"service {name} does not list it yet" for name in unlisted]
-            reasons += routers.missing(m, addresses, may_add)
+            reasons += routers.missing(m, addresses, may_add.check)
             if reasons:
                 held[m.pod] = "label back; " + "; ".join(reasons)
                 continue
