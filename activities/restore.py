@@ -10,6 +10,7 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Literal
 from urllib.parse import urlsplit
 
 import httpx
@@ -171,56 +172,57 @@ class _Routers:
             return []
         reasons: list[str] = []
         for pod in pods:
-            found = resolve(pod, router_kind(pod, self._target))
-            if isinstance(found, str):
-                reasons.append(f"router {pod.name}: cannot observe: {found}")
-                continue
-            obs, base = found
-            view = self._view(pod, obs, base)
-            stale = view.stale(time.time())
-            if stale:
-                reasons.append(f"router {pod.name}: no fresh answer: {stale}")
-                continue
-            seen = f"{pod.uid}|{m.pod}"
-            if view.selecting(addresses, {m.pod}):
-                # A router that may still remove a worker it selects again (smg: a drain
-                # job started when the label came off) counts only once it has selected
-                # it for ``confirm_s`` (``RouterView.confirm_s``).
-                first = self._since.setdefault(seen, time.monotonic())
-                left = view.confirm_s - (time.monotonic() - first)
-                if left > 0:
-                    reasons.append(
-                        f"router {pod.name} selects it again; confirming for {left:.0f} s "
-                        "more (a removal it started earlier may still be pending)"
-                    )
-                elif view.confirm_s > 0:
-                    self.timed = True
-                continue
-            self._since.pop(seen, None)
-            if not obs.active:  # llm-d: nothing to ask, it picks the member up by itself
-                reasons.append(f"router {pod.name} does not select it yet (passive: waiting)")
-                continue
-            url = self._url(pod, view, m, addresses)
-            if url is None:
-                reasons.append(f"router {pod.name} does not select it; no worker URL known")
-                continue
-            key = f"{pod.uid}|{url}"
-            last = self._asked.get(key)
-            if last is not None and time.monotonic() - last[0] < ADD_AGAIN_AFTER_S:
-                reasons.append(
-                    f"router {pod.name} does not select {url} yet (asked to add: {last[1]})"
-                )
-                continue
-            refused = may_add()
-            if refused:
-                reasons.append(refused)
-                continue
-            fence(f"asking router {pod.name} to add {url}")
-            answer = obs.add(self._client(), base, url)
-            self._asked[key] = (time.monotonic(), answer)
-            self.adds.append(f"{pod.name}|{url}")
-            reasons.append(f"router {pod.name} does not select {url} yet (asked to add: {answer})")
+            reason = self._missing_at(pod, m, addresses, may_add)
+            if reason is not None:
+                reasons.append(reason)
         return reasons
+
+    def _missing_at(
+        self, pod: Pod, m: MemberTarget, addresses: set[str], may_add: Callable[[], str]
+    ) -> str | None:
+        """Why router Pod ``pod`` does not select the member yet (None: it does), asking it
+        to add the member when it is active and may."""
+        found = resolve(pod, router_kind(pod, self._target))
+        if isinstance(found, str):
+            return f"router {pod.name}: cannot observe: {found}"
+        obs, base = found
+        view = self._view(pod, obs, base)
+        stale = view.stale(time.time())
+        if stale:
+            return f"router {pod.name}: no fresh answer: {stale}"
+        seen = f"{pod.uid}|{m.pod}"
+        if view.selecting(addresses, {m.pod}):
+            # A router that may still remove a worker it selects again (smg: a drain
+            # job started when the label came off) counts only once it has selected
+            # it for ``confirm_s`` (``RouterView.confirm_s``).
+            first = self._since.setdefault(seen, time.monotonic())
+            left = view.confirm_s - (time.monotonic() - first)
+            if left > 0:
+                return (
+                    f"router {pod.name} selects it again; confirming for {left:.0f} s "
+                    "more (a removal it started earlier may still be pending)"
+                )
+            if view.confirm_s > 0:
+                self.timed = True
+            return None
+        self._since.pop(seen, None)
+        if not obs.active:  # llm-d: nothing to ask, it picks the member up by itself
+            return f"router {pod.name} does not select it yet (passive: waiting)"
+        url = self._url(pod, view, m, addresses)
+        if url is None:
+            return f"router {pod.name} does not select it; no worker URL known"
+        key = f"{pod.uid}|{url}"
+        last = self._asked.get(key)
+        if last is not None and time.monotonic() - last[0] < ADD_AGAIN_AFTER_S:
+            return f"router {pod.name} does not select {url} yet (asked to add: {last[1]})"
+        refused = may_add()
+        if refused:
+            return refused
+        fence(f"asking router {pod.name} to add {url}")
+        answer = obs.add(self._client(), base, url)
+        self._asked[key] = (time.monotonic(), answer)
+        self.adds.append(f"{pod.name}|{url}")
+        return f"router {pod.name} does not select {url} yet (asked to add: {answer})"
 
 
 def _probe(target: Target, m: MemberTarget) -> str:
@@ -280,53 +282,14 @@ def restore_once(
             if m.pod in done or m.pod not in restorable:
                 continue
             heartbeat()
-            group = is_group_member(target, m)
-            pod = read_member(api, namespace=target.namespace, name=m.pod, uid=m.uid)
-            if isinstance(pod, MemberGone):
-                failed[m.pod] = "gone or replaced: not the admitted UID"
-                held.pop(m.pod, None)
+            outcome, why = _restore_member(api, target, m, routers)
+            if outcome == "held":
+                held[m.pod] = why
                 continue
-            ready = pod_ready(pod)
-            may_add = _MayAdd(target, m, group)
-            current = pod.labels.get(LABEL_ELIGIBLE)
-            # Not yet: evaluated again while held (it may recover).  The label goes back
-            # by the rule the watcher's repair also follows (retirement.eligibility).
-            refusal = (
-                label_refusal(ready=ready, group=group, probe=partial(_probe, target, m))
-                if current != ELIGIBLE_VALUE
-                else label_refusal(ready=ready, group=False, probe=None)
-            )
-            if refusal:
-                held[m.pod] = refusal
-                continue
-            if current != ELIGIBLE_VALUE:
-                may_add.probed = group
-                fence(f"putting the label back on {m.pod}")
-                change = set_eligibility(
-                    api,
-                    namespace=target.namespace,
-                    name=m.pod,
-                    uid=m.uid,
-                    current=current,
-                    eligible=True,
-                )
-                if change is LabelChange.CHANGED:
-                    held[m.pod] = "the label changed while restoring: read again on the next pass"
-                    continue
-                if change is not LabelChange.APPLIED:
-                    failed[m.pod] = "replaced while restoring"
-                    held.pop(m.pod, None)
-                    continue
-
-            labels = {**pod.labels, LABEL_ELIGIBLE: ELIGIBLE_VALUE}
-            addresses = {m.ip, *pod.pod_ips}
-            unlisted = services_missing(api, target.namespace, labels, addresses, m.uid)
-            reasons = [f"service {name} does not list it yet" for name in unlisted]
-            reasons += routers.missing(m, addresses, may_add.check)
-            if reasons:
-                held[m.pod] = "label back; " + "; ".join(reasons)
-                continue
-            restored.append(m.pod)
+            if outcome == "failed":
+                failed[m.pod] = why
+            else:
+                restored.append(m.pod)
             held.pop(m.pod, None)
     finally:
         routers.close()
@@ -337,6 +300,51 @@ def restore_once(
         router_adds=[*result.router_adds, *routers.adds],
         timed=result.timed or routers.timed,
     )
+
+
+def _restore_member(
+    api: KubeApi, target: Target, m: MemberTarget, routers: _Routers
+) -> tuple[Literal["restored", "held", "failed"], str]:
+    """One member's pass of the restore rule: restored, held (why) or failed (why)."""
+    group = is_group_member(target, m)
+    pod = read_member(api, namespace=target.namespace, name=m.pod, uid=m.uid)
+    if isinstance(pod, MemberGone):
+        return "failed", "gone or replaced: not the admitted UID"
+    ready = pod_ready(pod)
+    may_add = _MayAdd(target, m, group)
+    current = pod.labels.get(LABEL_ELIGIBLE)
+    # Not yet: evaluated again while held (it may recover).  The label goes back
+    # by the rule the watcher's repair also follows (retirement.eligibility).
+    refusal = (
+        label_refusal(ready=ready, group=group, probe=partial(_probe, target, m))
+        if current != ELIGIBLE_VALUE
+        else label_refusal(ready=ready, group=False, probe=None)
+    )
+    if refusal:
+        return "held", refusal
+    if current != ELIGIBLE_VALUE:
+        may_add.probed = group
+        fence(f"putting the label back on {m.pod}")
+        change = set_eligibility(
+            api,
+            namespace=target.namespace,
+            name=m.pod,
+            uid=m.uid,
+            current=current,
+            eligible=True,
+        )
+        if change is LabelChange.CHANGED:
+            return "held", "the label changed while restoring: read again on the next pass"
+        if change is not LabelChange.APPLIED:
+            return "failed", "replaced while restoring"
+    labels = {**pod.labels, LABEL_ELIGIBLE: ELIGIBLE_VALUE}
+    addresses = {m.ip, *pod.pod_ips}
+    unlisted = services_missing(api, target.namespace, labels, addresses, m.uid)
+    reasons = [f"service {name} does not list it yet" for name in unlisted]
+    reasons += routers.missing(m, addresses, may_add.check)
+    if reasons:
+        return "held", "label back; " + "; ".join(reasons)
+    return "restored", ""
 
 
 def is_group_member(target: Target, m: MemberTarget) -> bool:
