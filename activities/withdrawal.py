@@ -36,6 +36,8 @@ from retirement.models import (
     WithdrawProgress,
 )
 from retirement.phases import Verdict
+from retirement.quiet import QuietDecision, QuietWindow, decide, ends_reads
+from retirement.readings import Sample
 
 #: The reading under which withdrawal reports the router removals it asked for.
 REMOVALS_READING = "routers/removal-requested"
@@ -102,7 +104,9 @@ class WithdrawPolls:
         self.api, self.inp, self.target, self.http = api, inp, inp.target, http
         progress: WithdrawProgress = resumed(WithdrawProgress) or WithdrawProgress()
         self.requested = set(progress.removal_requested)
-        self.quiet: dict[str, object] = {}
+        self.quiet = QuietWindow()
+        #: A router-less read failed in the last poll: the next one backs off.
+        self.strained = False
         #: The last poll found no router Pod (the router-less policy applies).
         self.routerless = False
         self.known: dict[str, set[str]] = {}
@@ -140,7 +144,9 @@ class WithdrawPolls:
             if target.router:
                 pending.append(f"router {target.router} declared but no router Pod found")
             else:
-                verdict, why = _routerless(api, self.inp, self.quiet)
+                decided = _routerless(api, self.inp, self.quiet)
+                self.quiet, self.strained = decided.window, self.strained or decided.strained
+                verdict, why = decided.verdict, decided.reason
                 readings["routers"] = why
                 if verdict is not Verdict.VERIFIED:
                     pending.append(why)
@@ -214,7 +220,7 @@ class WithdrawPolls:
         self.polls += 1
         if not self.routerless:
             return min(inp.poll_interval_s, FIRST_REPOLL_S * 2.0 ** (self.polls - 1))
-        strained = bool(self.quiet.pop("strained", False))
+        strained, self.strained = self.strained, False
         self.spacing = next_read_in(
             in_flight=None if strained else 0.0,
             previous_s=self.spacing,
@@ -226,40 +232,24 @@ class WithdrawPolls:
         return self.spacing
 
 
-def _routerless(api: KubeApi, inp: PhaseInput, quiet: dict[str, object]) -> tuple[Verdict, str]:
-    """The router-less policy: hold (default), or a quiet window of unmoving counters."""
+def _routerless(api: KubeApi, inp: PhaseInput, window: QuietWindow) -> QuietDecision:
+    """The router-less policy: hold (default), or a quiet window of unmoving counters
+    (``retirement.quiet``): the measured members are read in order until one read decides
+    the poll on its own."""
     if inp.routerless_policy is RouterlessPolicy.HOLD:
-        return Verdict.UNKNOWN, (
-            "router-less: nothing reports that client connections went quiet (policy hold)"
+        return QuietDecision(
+            window,
+            Verdict.UNKNOWN,
+            "router-less: nothing reports that client connections went quiet (policy hold)",
         )
     target = inp.target
-    counters: dict[str, tuple[float, ...]] = {}
+    reads: list[tuple[str, Sample]] = []
     for m in (m for m in target.members if m.measured):
         try:
             s = sample_member(api, target, m)
         except Replaced as e:
-            return Verdict.UNKNOWN, f"router-less: member {e}"
-        if not s.complete:
-            # The window is kept: a read that failed (no exec slot, an exec timed out under
-            # load) saw nothing, so it cannot have seen traffic.  The window still ends
-            # only on a read that works, with the counters of its start: they are
-            # monotonic, and every read that works was bound to the admitted container
-            # (``sample_member``: same container ID and restart count before and after),
-            # so equal counters mean no work in between, however many reads failed.
-            # Restarting it instead made retirements of 200 started at once run out of
-            # budget on "quiet window started" (worker benchmark: each read that found no
-            # exec slot began the wait again).
-            quiet["strained"] = True  # the next read backs off (``next_poll``)
-            return Verdict.UNKNOWN, f"router-less: {m.pod} {s.reason}"
-        if s.exact:  # requests held by its HTTP front end: not quiet, whatever the counters
-            quiet.pop("counters", None)
-            return Verdict.UNKNOWN, f"router-less: {m.pod} holds {s.exact} request(s) (GET /load)"
-        counters[m.pod] = s.counters
-    now = time.monotonic()
-    if quiet.get("counters") != counters:
-        quiet["counters"], quiet["since"] = counters, now
-        return Verdict.UNKNOWN, "router-less: quiet window started"
-    since = float(quiet["since"])  # type: ignore[arg-type]
-    if now - since >= inp.quiet_window_s:
-        return Verdict.VERIFIED, f"router-less: counters quiet for {now - since:.0f} s"
-    return Verdict.UNKNOWN, f"router-less: quiet for {now - since:.0f} s of {inp.quiet_window_s:g}"
+            return QuietDecision(window, Verdict.UNKNOWN, f"router-less: member {e}")
+        reads.append((m.pod, s))
+        if ends_reads(s):
+            break
+    return decide(window, reads, now=time.monotonic(), window_s=inp.quiet_window_s)
