@@ -16,6 +16,7 @@ import httpx
 from temporalio import activity
 
 from activities import bodies as _bodies
+from activities.fairslots import WorkerSlots
 from kube.api import KubeApi
 from kube.client import Kube
 from retirement.models import (
@@ -37,11 +38,17 @@ class RetirementActivities:
     activity's registration only; its body is in ``activities.bodies``."""
 
     def __init__(
-        self, kube: KubeApi, *, router_transport: httpx.BaseTransport | None = None
+        self,
+        kube: KubeApi,
+        *,
+        router_transport: httpx.BaseTransport | None = None,
+        slots: WorkerSlots | None = None,
     ) -> None:
         self._kube = kube
         #: The HTTP transport of every router call (None: the network; tests answer offline).
         self._router_transport = router_transport
+        #: The worker's exec and poll slots (None: the process's default pools).
+        self._slots = slots
 
     @activity.defn(name="admit")
     def admit(self, inp: AdmitInput) -> Admission:
@@ -56,12 +63,12 @@ class RetirementActivities:
     @activity.defn(name="withdraw")
     def withdraw(self, inp: PhaseInput) -> Observation:
         """Poll Services and routers until the target is withdrawn."""
-        return _bodies.withdraw(self._kube, inp, self._router_transport)
+        return _bodies.withdraw(self._kube, inp, self._router_transport, self._slots)
 
     @activity.defn(name="drain")
     def drain(self, inp: PhaseInput) -> Observation:
         """Poll the measured members until drained."""
-        return _bodies.drain(self._kube, inp)
+        return _bodies.drain(self._kube, inp, self._slots)
 
     @activity.defn(name="delete")
     def delete(self, inp: PhaseInput) -> DeleteResult:
@@ -72,13 +79,13 @@ class RetirementActivities:
     @activity.defn(name="settle")
     def settle(self, inp: PhaseInput) -> Observation:
         """Poll until the Pods are gone and the capacity released."""
-        return _bodies.settle(self._kube, inp)
+        return _bodies.settle(self._kube, inp, self._slots)
 
     @activity.defn(name="restore")
     def restore(self, inp: PhaseInput) -> RestoreResult:
         """Put the label back on members that still qualify, and every router's selection of
         them (read back, with the Services'), until decided or the deadline."""
-        return _bodies.restore(self._kube, inp, self._router_transport)
+        return _bodies.restore(self._kube, inp, self._router_transport, self._slots)
 
     @activity.defn(name="publish")
     def publish(self, inp: PublishInput) -> None:

@@ -1,7 +1,8 @@
 """The body of every activity of ``RetirementActivities``: its module's function, with a
 classified Kubernetes error leaving as an ``ApplicationError`` (``activities.errors``)
 and, for every phase that acts on the target, under a claim of its attempt
-(``activities.fencing.held``)."""
+(``activities.fencing.held``).  ``slots``: the worker's exec and poll slots (None: the
+process's default)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from activities import publish as _publish
 from activities import restore as _restore
 from activities import withdrawal as _withdrawal
 from activities.errors import application_errors
+from activities.fairslots import WorkerSlots
 from activities.fencing import held
 from kube.api import KubeApi
 from retirement.models import (
@@ -46,16 +48,21 @@ def disqualify(api: KubeApi, inp: PhaseInput) -> Observation:
         return _labels.disqualify(api, inp.target)
 
 
-def withdraw(api: KubeApi, inp: PhaseInput, transport: httpx.BaseTransport | None) -> Observation:
+def withdraw(
+    api: KubeApi,
+    inp: PhaseInput,
+    transport: httpx.BaseTransport | None,
+    slots: WorkerSlots | None = None,
+) -> Observation:
     """Poll Services and routers until the target is withdrawn."""
     with application_errors(), held():
-        return _withdrawal.withdraw(api, inp, transport=transport)
+        return _withdrawal.withdraw(api, inp, transport=transport, slots=slots)
 
 
-def drain(api: KubeApi, inp: PhaseInput) -> Observation:
+def drain(api: KubeApi, inp: PhaseInput, slots: WorkerSlots | None = None) -> Observation:
     """Poll the measured members until drained."""
     with application_errors(), held():
-        return _drain.drain(api, inp)
+        return _drain.drain(api, inp, slots=slots)
 
 
 def delete(api: KubeApi, inp: PhaseInput, transport: httpx.BaseTransport | None) -> DeleteResult:
@@ -65,17 +72,22 @@ def delete(api: KubeApi, inp: PhaseInput, transport: httpx.BaseTransport | None)
         return _deletion.delete(api, inp, retried=activity.info().attempt > 1, transport=transport)
 
 
-def settle(api: KubeApi, inp: PhaseInput) -> Observation:
+def settle(api: KubeApi, inp: PhaseInput, slots: WorkerSlots | None = None) -> Observation:
     """Poll until the Pods are gone and the capacity released."""
     with application_errors(), held():
-        return _deletion.settle(api, inp)
+        return _deletion.settle(api, inp, slots=slots)
 
 
-def restore(api: KubeApi, inp: PhaseInput, transport: httpx.BaseTransport | None) -> RestoreResult:
+def restore(
+    api: KubeApi,
+    inp: PhaseInput,
+    transport: httpx.BaseTransport | None,
+    slots: WorkerSlots | None = None,
+) -> RestoreResult:
     """Put the label back on members that still qualify, and every router's selection of
     them (read back, with the Services'), until decided or the deadline."""
     with application_errors(), held():
-        return _restore.restore(api, inp, transport=transport)
+        return _restore.restore(api, inp, transport=transport, slots=slots)
 
 
 def publish(api: KubeApi, inp: PublishInput) -> None:

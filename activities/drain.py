@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 import httpx
 
+from activities.fairslots import FairSlots, WorkerSlots
 from activities.fencing import heartbeat
 from activities.polling import poll_until, resumed, seconds_left
 from activities.recheck import still_withdrawn
@@ -34,7 +35,7 @@ from retirement.readings import Sample, steps_counted
 RECHECK_HTTP_TIMEOUT_S = 3.0
 
 
-def drain(api: KubeApi, inp: PhaseInput) -> Observation:
+def drain(api: KubeApi, inp: PhaseInput, *, slots: WorkerSlots | None = None) -> Observation:
     """Poll the measured members until the drain rule holds, or the deadline.
 
     Every round reads the measured members, then confirms again, read-only, that the
@@ -42,15 +43,17 @@ def drain(api: KubeApi, inp: PhaseInput) -> Observation:
     drain; a Service listing a target again, or a router selecting one, makes the round
     not idle.  A resumed attempt goes on from the previous attempt's idle read only if
     that read is recent (``retirement.drain.resume``).  The wait after each round is
-    ``retirement.drain.next_read_in`` of that round's reads."""
+    ``retirement.drain.next_read_in`` of that round's reads.  ``slots``: the worker's
+    exec and poll slots (None: the process's default)."""
     with httpx.Client(trust_env=False, timeout=RECHECK_HTTP_TIMEOUT_S) as http:
-        rounds = DrainRounds(api, inp, http)
+        rounds = DrainRounds(api, inp, http, None if slots is None else slots.execs)
         return poll_until(
             deadline=inp.deadline,
             interval=rounds.next_wait,
             once=rounds.once,
             details=rounds.details,
             tenant=inp.target.namespace,
+            slots=None if slots is None else slots.polls,
         )
 
 
@@ -58,11 +61,14 @@ class DrainRounds:
     """One drain attempt's loop state: the drain rule's progress, and what the next wait
     is derived from (the last round's requests in flight and the wait before it)."""
 
-    def __init__(self, api: KubeApi, inp: PhaseInput, http: httpx.Client) -> None:
+    def __init__(
+        self, api: KubeApi, inp: PhaseInput, http: httpx.Client, execs: FairSlots | None
+    ) -> None:
         target = inp.target
         self.api, self.inp, self.target = api, inp, target
         #: The HTTP client of the attempt's re-checks (one per attempt).
         self.http = http
+        self.execs = execs  # the worker's exec slots (None: the process's default)
         self.members = [m for m in target.members if m.measured]
         self.settle_s = (
             0.0 if steps_counted(target.engine, target.engine_version) else SGLANG_GAUGE_SETTLE_S
@@ -100,7 +106,9 @@ class DrainRounds:
         for m in self.members:
             heartbeat()  # one read may take its exec slot wait and exec bound
             try:
-                reads[m.pod] = sample_member_reads(self.api, target, m, twice=self.exact)
+                reads[m.pod] = sample_member_reads(
+                    self.api, target, m, twice=self.exact, slots=self.execs
+                )
             except Replaced as e:
                 return Observation(verdict=Verdict.FAILED, reason=f"member {e}")
         rounds = [{k: v[i] for k, v in reads.items()} for i in range(2 if self.exact else 1)]

@@ -131,3 +131,12 @@ class FairSlots:
             self._free -= 1
             self._held[tenant] = self._held.get(tenant, 0) + 1
             waiter.granted.set()
+
+
+@dataclass(frozen=True)
+class WorkerSlots:
+    """One worker's bounds, owned by the ``RetirementActivities`` it builds: its exec
+    slots (``activities.sampling``) and its poll slots (``activities.polling``)."""
+
+    execs: FairSlots
+    polls: FairSlots

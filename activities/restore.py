@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from activities.fairslots import WorkerSlots
 from activities.fencing import fence, heartbeat
 from activities.polling import poll_until
 from activities.probes import identity_probe, probes_supported
@@ -44,12 +45,17 @@ ADD_AGAIN_AFTER_S = 10.0
 
 
 def restore(
-    api: KubeApi, inp: PhaseInput, *, transport: httpx.BaseTransport | None = None
+    api: KubeApi,
+    inp: PhaseInput,
+    *,
+    transport: httpx.BaseTransport | None = None,
+    slots: WorkerSlots | None = None,
 ) -> RestoreResult:
     """Put the label back on members that still qualify, and every router's selection of
     them (read back, with the Services'), until decided or the deadline.
 
-    ``transport``: the HTTP transport of the router calls (tests answer them offline)."""
+    ``transport``: the HTTP transport of the router calls (tests answer them offline);
+    ``slots``: the worker's, for its poll slots (None: the process's default)."""
     # Always at least one whole pass, however late the attempt starts (past its
     # deadline: one pass, then it ends): a late attempt that did nothing would read as
     # every member back.  What it could not confirm is reported held.
@@ -60,6 +66,7 @@ def restore(
             interval=inp.poll_interval_s,
             once=passes.once,
             tenant=inp.target.namespace,
+            slots=None if slots is None else slots.polls,
         )
     return passes.result
 

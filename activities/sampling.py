@@ -6,7 +6,7 @@ after (``Replaced`` when it is not that Pod any more).  The drain's rounds read 
 
 Every exec is counted (``activities.metrics``), so a fleet's cost can be reported.
 
-A worker runs at most ``exec_slots().size`` execs at once (``FairSlots``), whatever the
+A worker runs at most ``WorkerSlots.execs.size`` execs at once (``FairSlots``), whatever the
 number of retirements it carries: the drain and router-less withdrawal reads of many
 retirements started together arrive together, and each exec costs the API server, the
 kubelet and a process start on the node."""
@@ -71,22 +71,28 @@ _slots = [FairSlots(DEFAULT_EXEC_SLOTS)]
 
 
 def exec_slots() -> FairSlots:
-    """This process's exec slots."""
+    """The process's default exec slots: those of a read given none (a worker's
+    ``RetirementActivities`` passes its own, ``activities.fairslots.WorkerSlots``)."""
     return _slots[0]
 
 
 def limit_execs(size: int) -> FairSlots:
-    """Bound this process's concurrent execs to ``size`` (the worker calls it once, at
-    start, from ``--max-concurrent-execs``)."""
+    """Bound the process's default exec slots to ``size``."""
     _slots[0] = FairSlots(size)
     return _slots[0]
 
 
 def exec_oneshot(
-    api: KubeApi, target: Target, m: MemberTarget, *, twice: bool = False
+    api: KubeApi,
+    target: Target,
+    m: MemberTarget,
+    *,
+    twice: bool = False,
+    slots: FairSlots | None = None,
 ) -> tuple[str, str]:
     """Run the one-shot in the member's ``main`` container, in one of the worker's exec
-    slots; returns (stdout, error).  ``twice``: the exact count's double read."""
+    ``slots`` (None: the process's default); returns (stdout, error).  ``twice``: the
+    exact count's double read."""
     try:
         port = valid_port(None if m.metrics_port is None else str(m.metrics_port))
         scheme, path = valid_scheme(m.metrics_scheme), valid_path(m.metrics_path)
@@ -98,7 +104,7 @@ def exec_oneshot(
     argv = command(
         port=port, scheme=scheme, path=path, names=series.all, exact=m.exact_load, twice=twice
     )
-    slots = exec_slots()
+    slots = exec_slots() if slots is None else slots
     with slots.slot(EXEC_SLOT_WAIT_S, target.namespace) as got:
         if not got:
             return "", (
@@ -121,13 +127,20 @@ def exec_oneshot(
     return result.stdout, ""
 
 
-def sample_member(api: KubeApi, target: Target, m: MemberTarget) -> Sample:
+def sample_member(
+    api: KubeApi, target: Target, m: MemberTarget, *, slots: FairSlots | None = None
+) -> Sample:
     """One read of one member; raises Replaced on a definite identity fault."""
-    return sample_member_reads(api, target, m, twice=False)[0]
+    return sample_member_reads(api, target, m, twice=False, slots=slots)[0]
 
 
 def sample_member_reads(
-    api: KubeApi, target: Target, m: MemberTarget, *, twice: bool
+    api: KubeApi,
+    target: Target,
+    m: MemberTarget,
+    *,
+    twice: bool,
+    slots: FairSlots | None = None,
 ) -> list[Sample]:
     """One read of one member, or with ``twice`` (members with the exact count only) two
     reads ``TWICE_SPACING_S`` apart in one exec, both bound to the admitted container by
@@ -148,7 +161,7 @@ def sample_member_reads(
         return [Sample(complete=True, reason="never started: nothing to drain")] * n
     if before.container_id != m.container_id or before.restart_count != m.restart_count:
         return all_unknown("container main restarted since admission")
-    stdout, error = exec_oneshot(api, target, m, twice=twice)
+    stdout, error = exec_oneshot(api, target, m, twice=twice, slots=slots)
     try:
         after = identity(api, target, m)
     except KubeError as e:

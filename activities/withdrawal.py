@@ -11,6 +11,7 @@ import time
 
 import httpx
 
+from activities.fairslots import FairSlots, WorkerSlots
 from activities.fencing import fence, heartbeat
 from activities.labels_off import labels_still_off
 from activities.polling import poll_until, resumed, seconds_left
@@ -78,19 +79,25 @@ def may_remove(api: KubeApi, target: Target, url: str) -> Observation | str:
 
 
 def withdraw(
-    api: KubeApi, inp: PhaseInput, *, transport: httpx.BaseTransport | None = None
+    api: KubeApi,
+    inp: PhaseInput,
+    *,
+    transport: httpx.BaseTransport | None = None,
+    slots: WorkerSlots | None = None,
 ) -> Observation:
     """Poll until withdrawn from every Service and router, or the deadline.
 
-    ``transport``: the HTTP transport of the router calls (tests answer them offline)."""
+    ``transport``: the HTTP transport of the router calls (tests answer them offline);
+    ``slots``: the worker's exec and poll slots (None: the process's default)."""
     with httpx.Client(trust_env=False, timeout=TIMEOUT_S, transport=transport) as http:
-        polls = WithdrawPolls(api, inp, http)
+        polls = WithdrawPolls(api, inp, http, None if slots is None else slots.execs)
         return poll_until(
             deadline=inp.deadline,
             interval=polls.next_poll,
             once=polls.once,
             details=polls.details,
             tenant=inp.target.namespace,
+            slots=None if slots is None else slots.polls,
         )
 
 
@@ -100,8 +107,11 @@ class WithdrawPolls:
     router Pod, the members' addresses read, the routers' boot generations, and what the
     next wait is derived from."""
 
-    def __init__(self, api: KubeApi, inp: PhaseInput, http: httpx.Client) -> None:
+    def __init__(
+        self, api: KubeApi, inp: PhaseInput, http: httpx.Client, execs: FairSlots | None
+    ) -> None:
         self.api, self.inp, self.target, self.http = api, inp, inp.target, http
+        self.execs = execs  # the worker's exec slots (None: the process's default)
         progress: WithdrawProgress = resumed(WithdrawProgress) or WithdrawProgress()
         self.requested = set(progress.removal_requested)
         self.quiet = QuietWindow()
@@ -144,7 +154,7 @@ class WithdrawPolls:
             if target.router:
                 pending.append(f"router {target.router} declared but no router Pod found")
             else:
-                decided = _routerless(api, self.inp, self.quiet)
+                decided = _routerless(api, self.inp, self.quiet, self.execs)
                 self.quiet, self.strained = decided.window, self.strained or decided.strained
                 verdict, why = decided.verdict, decided.reason
                 readings["routers"] = why
@@ -232,7 +242,9 @@ class WithdrawPolls:
         return self.spacing
 
 
-def _routerless(api: KubeApi, inp: PhaseInput, window: QuietWindow) -> QuietDecision:
+def _routerless(
+    api: KubeApi, inp: PhaseInput, window: QuietWindow, execs: FairSlots | None
+) -> QuietDecision:
     """The router-less policy: hold (default), or a quiet window of unmoving counters
     (``retirement.quiet``): the measured members are read in order until one read decides
     the poll on its own."""
@@ -246,7 +258,7 @@ def _routerless(api: KubeApi, inp: PhaseInput, window: QuietWindow) -> QuietDeci
     reads: list[tuple[str, Sample]] = []
     for m in (m for m in target.members if m.measured):
         try:
-            s = sample_member(api, target, m)
+            s = sample_member(api, target, m, slots=execs)
         except Replaced as e:
             return QuietDecision(window, Verdict.UNKNOWN, f"router-less: member {e}")
         reads.append((m.pod, s))

@@ -132,3 +132,24 @@ def test_the_worker_flag_sets_the_slots() -> None:
     assert WorkerConfig.parse([], environ={"RETIRE_MAX_EXECS": "7"}).max_concurrent_execs == 7
     with pytest.raises(SystemExit):
         WorkerConfig.parse(["--max-concurrent-execs", "0"], environ={})
+
+
+def test_a_worker_reads_in_the_slots_its_activities_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's slots are sized by its flags and owned by its activities: a read in
+    them waits for them alone, whatever the process's default pool holds."""
+    monkeypatch.setattr(sampling_module, "EXEC_SLOT_WAIT_S", 0.05)
+    cfg = WorkerConfig.parse(
+        ["--max-concurrent-execs", "1", "--max-concurrent-polls", "3"], environ={}
+    )
+    slots = cfg.slots()
+    assert (slots.execs.size, slots.polls.size) == (1, 3)
+    target, m = member()
+    api = HeldExecs()
+    api.release.set()
+    with slots.execs.slot(0.0, target.namespace) as got:
+        assert got
+        _, error = exec_oneshot(api, target, m, slots=slots.execs)  # type: ignore[arg-type]
+        assert error == "no exec slot within 0.05 s (this worker runs 1 reads at once)"
+        stdout, error = exec_oneshot(api, target, m)  # type: ignore[arg-type]
+        assert error == "" and stdout  # the default pool is another pool
+    assert exec_slots().size == DEFAULT_EXEC_SLOTS
