@@ -15,16 +15,8 @@ from typing import Any
 import httpx
 from temporalio import activity
 
-from activities import admit as _admit
-from activities import deletion as _deletion
-from activities import drain as _drain
-from activities import labels as _labels
-from activities import publish as _publish
-from activities import withdrawal as _withdrawal
-from activities.errors import application_errors
-from activities.fencing import held
-from activities.polling import poll_until
-from activities.routers import TIMEOUT_S as ROUTER_TIMEOUT_S
+from activities import bodies as _bodies
+from activities.fairslots import WorkerSlots
 from kube.api import KubeApi
 from kube.client import Kube
 from retirement.models import (
@@ -36,117 +28,69 @@ from retirement.models import (
     PublishInput,
     RestoreResult,
 )
-from retirement.phases import Verdict
-
-#: Errors the delete retries although they are final elsewhere: past the point of no return
-#: the deletes must finish, and RBAC without ``pods delete`` is mended by a person (the
-#: attempt's failure says so in the UI meanwhile).
-FORBIDDEN_RETRIED = frozenset({"Forbidden"})
 
 # ``Kube`` stays importable from here for the bed tests, the demo and the benchmark.
 __all__ = ["Kube", "RetirementActivities"]
 
 
 class RetirementActivities:
-    """The activities of RetirementWorkflow, bound to one cluster."""
+    """The activities of RetirementWorkflow, bound to one cluster.  Each method is the
+    activity's registration only; its body is in ``activities.bodies``."""
 
     def __init__(
-        self, kube: KubeApi, *, router_transport: httpx.BaseTransport | None = None
+        self,
+        kube: KubeApi,
+        *,
+        router_transport: httpx.BaseTransport | None = None,
+        slots: WorkerSlots | None = None,
     ) -> None:
         self._kube = kube
         #: The HTTP transport of every router call (None: the network; tests answer offline).
         self._router_transport = router_transport
+        #: The worker's exec and poll slots (None: the process's default pools).
+        self._slots = slots
 
     @activity.defn(name="admit")
     def admit(self, inp: AdmitInput) -> Admission:
         """Bind the target or refuse (reads only)."""
-        with application_errors():
-            return _admit.admit(self._kube, inp)
+        return _bodies.admit(self._kube, inp)
 
     @activity.defn(name="disqualify")
     def disqualify(self, inp: PhaseInput) -> Observation:
         """Remove the eligibility label from the admitted members."""
-        with application_errors(), held():
-            return _labels.disqualify(self._kube, inp.target)
+        return _bodies.disqualify(self._kube, inp)
 
     @activity.defn(name="withdraw")
     def withdraw(self, inp: PhaseInput) -> Observation:
         """Poll Services and routers until the target is withdrawn."""
-        with application_errors(), held():
-            return _withdrawal.withdraw(self._kube, inp, transport=self._router_transport)
+        return _bodies.withdraw(self._kube, inp, self._router_transport, self._slots)
 
     @activity.defn(name="drain")
     def drain(self, inp: PhaseInput) -> Observation:
         """Poll the measured members until drained."""
-        with application_errors(), held():
-            return _drain.drain(self._kube, inp)
+        return _bodies.drain(self._kube, inp, self._slots)
 
     @activity.defn(name="delete")
     def delete(self, inp: PhaseInput) -> DeleteResult:
         """Confirm everything once more, then delete the admitted Pods (UID preconditions)
         and the Workload if it is theirs; or refuse, touching nothing."""
-        with application_errors(retryable=FORBIDDEN_RETRIED), held():
-            return _deletion.delete(
-                self._kube,
-                inp,
-                retried=activity.info().attempt > 1,
-                transport=self._router_transport,
-            )
+        return _bodies.delete(self._kube, inp, self._router_transport)
 
     @activity.defn(name="settle")
     def settle(self, inp: PhaseInput) -> Observation:
         """Poll until the Pods are gone and the capacity released."""
-        with application_errors(), held():
-            return _deletion.settle(self._kube, inp)
+        return _bodies.settle(self._kube, inp, self._slots)
 
     @activity.defn(name="restore")
     def restore(self, inp: PhaseInput) -> RestoreResult:
         """Put the label back on members that still qualify, and every router's selection of
         them (read back, with the Services'), until decided or the deadline."""
-        state = [RestoreResult()]
-        asked: dict[str, tuple[float, str]] = {}
-        since: dict[str, float] = {}
-
-        # Always at least one whole pass, however late the attempt starts (past its
-        # deadline: one pass, then it ends): a late attempt that did nothing would read as
-        # every member back.  What it could not confirm is reported held.
-        with (
-            application_errors(),
-            held(),
-            httpx.Client(
-                trust_env=False, timeout=ROUTER_TIMEOUT_S, transport=self._router_transport
-            ) as http,
-        ):
-
-            def once() -> Observation:
-                state[0] = _labels.restore_once(
-                    self._kube,
-                    inp.target,
-                    state[0],
-                    http=http,
-                    removals=inp.router_removals,
-                    asked=asked,
-                    since=since,
-                )
-                waiting = state[0].held
-                return Observation(
-                    verdict=Verdict.UNKNOWN if waiting else Verdict.VERIFIED,
-                    reason="; ".join(f"{k}: {v}" for k, v in waiting.items()),
-                )
-
-            poll_until(
-                deadline=inp.deadline,
-                interval=inp.poll_interval_s,
-                once=once,
-                tenant=inp.target.namespace,
-            )
-        return state[0]
+        return _bodies.restore(self._kube, inp, self._router_transport, self._slots)
 
     @activity.defn(name="publish")
     def publish(self, inp: PublishInput) -> None:
         """Mirror the state on the ModelDeployment, with an Event."""
-        with application_errors():
-            _publish.publish(self._kube, inp)
+        _bodies.publish(self._kube, inp)
 
     def all(self) -> list[Callable[..., Any]]:
         """Every activity, for a Worker."""

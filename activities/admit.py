@@ -14,7 +14,7 @@ now, or no eligibility label now, is not used: neither says what a member did be
 member that served may have lost both).
 Such a member is bound with no container ID: the drain then reads it without an exec,
 "never started: nothing to drain", and fails if it has started since
-(``activities.drain.sample_member``).  A whole replica is bound so only when none of its
+(``activities.sampling.sample_member``).  A whole replica is bound so only when none of its
 members ever started; a surplus member is judged on its own (it is retired on its own):
 one that never started is bound so and measured (its reading is that proof), one that
 started is measured only if the rule says it answers.  Everything else (disqualify,
@@ -34,6 +34,7 @@ from retirement.models import (
     AdmitInput,
     IntentKind,
     MemberTarget,
+    RetirementRequest,
     Target,
 )
 from retirement.names import (
@@ -109,51 +110,8 @@ def _bind(api: KubeApi, inp: AdmitInput) -> Target:
     refusal = intent_refusal(md, everything, req)
     if refusal:
         raise Refusal(refusal)
-    role = md.role(req.role)
-    kind = _role_kind(role, pods)
-    if role is not None:
-        size = role.size
-        if req.intent is IntentKind.DEPARTED_ROLE:
-            raise Refusal(f"role {req.role} is still in the spec: not a departed role")
-        shape = read_shape(
-            engine=engine,
-            role_kind=kind,
-            size=size,
-            extra_args=list(role.extra_args),
-            command=None if role.command is None else list(role.command),
-            env=role.env,
-        )
-        if shape.supported:
-            refusal = _declared_against_running(engine, role, pods)
-            if refusal:
-                raise Refusal(refusal)
-    else:
-        # A departed role: its spec is gone, so its shape is read from what the Pods run.
-        size = len(pods)
-        shape = _departed_shape(engine, kind, size, pods)
-    if req.intent is IntentKind.SURPLUS_SHED:
-        named = set(req.members)
-        targets = [p for p in pods if p.name in named]
-        if not named or len(targets) != len(named):
-            raise Refusal(f"surplus members {sorted(named)} are not all Pods of the replica")
-        # Each surplus member is retired on its own: one that never started serves nothing
-        # and is measured only to read so; the others answer by the member-selection rule.
-        never = {p.name for p in targets if not _started(p)}
-        sel = select_surplus(
-            shape=shape, surplus=[_as_member(p) for p in targets if p.name not in never]
-        )
-        if not sel.ok:
-            raise Refusal(sel.refusal)
-        measured = set(sel.measured) | never
-    else:
-        sel = select_members(shape=shape, size=size, members=[_as_member(p) for p in pods])
-        if not sel.ok:
-            raise Refusal(sel.refusal)
-        targets = pods
-        measured = set(sel.measured)
-        # A replica none of whose members ever started serves nothing: it is retired, and
-        # its drain reads "never started" as long as that stays true (activities.drain).
-        never = {p.name for p in pods} if all(not _started(p) for p in pods) else set()
+    size, shape = _shape(md, req, pods)
+    targets, measured, never = _selection(req, shape, size, pods)
     served = _served_ports(api, req.namespace)
     bound = [
         _member(
@@ -185,6 +143,61 @@ def _bind(api: KubeApi, inp: AdmitInput) -> Target:
         deployment_uid=md.uid,
         size=size,
     )
+
+
+def _shape(
+    md: ModelDeployment, req: RetirementRequest, pods: list[Pod]
+) -> tuple[int, ShapeReading]:
+    """The replica's size and shape: the role's spec, checked against what the Pods run;
+    for a departed role (its spec gone), read from what the Pods run."""
+    engine = md.engine.name
+    role = md.role(req.role)
+    kind = _role_kind(role, pods)
+    if role is None:
+        size = len(pods)
+        return size, _departed_shape(engine, kind, size, pods)
+    if req.intent is IntentKind.DEPARTED_ROLE:
+        raise Refusal(f"role {req.role} is still in the spec: not a departed role")
+    shape = read_shape(
+        engine=engine,
+        role_kind=kind,
+        size=role.size,
+        extra_args=list(role.extra_args),
+        command=None if role.command is None else list(role.command),
+        env=role.env,
+    )
+    if shape.supported:
+        refusal = _declared_against_running(engine, role, pods)
+        if refusal:
+            raise Refusal(refusal)
+    return role.size, shape
+
+
+def _selection(
+    req: RetirementRequest, shape: ShapeReading, size: int, pods: list[Pod]
+) -> tuple[list[Pod], set[str], set[str]]:
+    """The members retired, those measured, and those that never started (by name)."""
+    if req.intent is IntentKind.SURPLUS_SHED:
+        named = set(req.members)
+        targets = [p for p in pods if p.name in named]
+        if not named or len(targets) != len(named):
+            raise Refusal(f"surplus members {sorted(named)} are not all Pods of the replica")
+        # Each surplus member is retired on its own: one that never started serves nothing
+        # and is measured only to read so; the others answer by the member-selection rule.
+        never = {p.name for p in targets if not _started(p)}
+        sel = select_surplus(
+            shape=shape, surplus=[_as_member(p) for p in targets if p.name not in never]
+        )
+        if not sel.ok:
+            raise Refusal(sel.refusal)
+        return targets, set(sel.measured) | never, never
+    sel = select_members(shape=shape, size=size, members=[_as_member(p) for p in pods])
+    if not sel.ok:
+        raise Refusal(sel.refusal)
+    # A replica none of whose members ever started serves nothing: it is retired, and
+    # its drain reads "never started" as long as that stays true (activities.sampling).
+    never = {p.name for p in pods} if all(not _started(p) for p in pods) else set()
+    return pods, set(sel.measured), never
 
 
 def _deployment_pods(api: KubeApi, ns: str, md: str) -> list[Pod]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import httpx
 
 from activities import guard
+from activities.fairslots import WorkerSlots
 from activities.fencing import fence
 from activities.polling import poll_until
 from kube.api import KubeApi
@@ -122,8 +123,9 @@ def _delete_workload(api: KubeApi, target: Target) -> str:
     return "deleted"
 
 
-def settle(api: KubeApi, inp: PhaseInput) -> Observation:
-    """Poll until no admitted Pod exists and the Workload no longer holds the capacity."""
+def settle(api: KubeApi, inp: PhaseInput, *, slots: WorkerSlots | None = None) -> Observation:
+    """Poll until no admitted Pod exists and the Workload no longer holds the capacity
+    (``slots``: the worker's, for its poll slots; None: the process's default)."""
     target = inp.target
 
     def once() -> Observation:
@@ -154,4 +156,5 @@ def settle(api: KubeApi, inp: PhaseInput) -> Observation:
         interval=inp.poll_interval_s,
         once=once,
         tenant=inp.target.namespace,
+        slots=None if slots is None else slots.polls,
     )

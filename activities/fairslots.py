@@ -1,7 +1,7 @@
 """``FairSlots``: a bound on concurrent work in one worker process, shared fairly between
 tenants (the namespaces the retirements run in).
 
-The worker bounds its concurrent execs (``activities.drain``) and polls
+The worker bounds its concurrent execs (``activities.sampling``) and polls
 (``activities.polling``): without a bound a fleet's reads all start at once and time out
 together.  A plain semaphore serves waiters in arrival order, so one tenant that scales
 down a hundred deployments at once queues ahead of every other tenant's single
@@ -131,3 +131,12 @@ class FairSlots:
             self._free -= 1
             self._held[tenant] = self._held.get(tenant, 0) + 1
             waiter.granted.set()
+
+
+@dataclass(frozen=True)
+class WorkerSlots:
+    """One worker's bounds, owned by the ``RetirementActivities`` it builds: its exec
+    slots (``activities.sampling``) and its poll slots (``activities.polling``)."""
+
+    execs: FairSlots
+    polls: FairSlots

@@ -11,7 +11,7 @@ withdrawing at once in one namespace each listed every Service and EndpointSlice
 namespace once a second, the worker's CPU saturated, polls took seconds and the next one
 followed a second later, until the withdrawal budget ran out.
 
-At most ``poll_slots()`` polls run at once in a worker process (``--max-concurrent-polls``),
+At most ``WorkerSlots.polls.size`` polls run at once in a worker (``--max-concurrent-polls``),
 however many retirements it carries: a poll is mostly Python work under one GIL (decoding
 the API server's answers), so running more at once adds no throughput, only memory: every
 poll in flight holds its decoded lists (measured: 200 threads each decoding a list of 600
@@ -49,14 +49,16 @@ def poll_until(
     once: Callable[[], Observation],
     details: Callable[[Observation], Any] = lambda obs: obs,
     tenant: str = "",
+    slots: FairSlots | None = None,
 ) -> Observation:
     """Run ``once`` every ``interval`` seconds until it answers VERIFIED or FAILED, or the
     deadline passes (then the last UNKNOWN is returned, with the attempt's queue lag in its
     reason when it is material: ``late_start``).  ``interval`` may be a function of the
     last observation (the drain spaces its reads adaptively).  ``tenant`` (the target's
-    namespace) is whose share of the poll slots a poll takes.  Cancellation raises."""
+    namespace) is whose share of the poll ``slots`` (None: the process's default) a poll
+    takes.  Cancellation raises."""
     polls = 0
-    slots = poll_slots()
+    slots = poll_slots() if slots is None else slots
     held = _first_slot(slots, tenant)
     while True:
         polls += 1
@@ -85,7 +87,7 @@ def poll_until(
 #: A poll is mostly Python work under the GIL, so a few at once keep one core busy; many
 #: at once only hold more decoded answers in memory and starve each other's I/O of the
 #: GIL (an exec whose websocket is read by a starved thread times out).  With the default
-#: exec slots (``activities.drain.DEFAULT_EXEC_SLOTS``, also 16) this is the tighter bound.
+#: exec slots (``activities.sampling.DEFAULT_EXEC_SLOTS``, also 16) this is the tighter bound.
 DEFAULT_POLL_SLOTS = 16
 #: How long the first poll of an attempt waits for a slot before it polls without one: it
 #: has no progress of its own to heartbeat yet, and must not go quiet past the heartbeat
@@ -97,13 +99,13 @@ _poll_slots = [FairSlots(DEFAULT_POLL_SLOTS)]
 
 
 def poll_slots() -> FairSlots:
-    """This process's poll slots."""
+    """The process's default poll slots: those of a poll loop given none (a worker's
+    ``RetirementActivities`` passes its own, ``activities.fairslots.WorkerSlots``)."""
     return _poll_slots[0]
 
 
 def limit_polls(size: int) -> None:
-    """Bound this process's concurrent polls to ``size`` (the worker calls it once, at
-    start, from ``--max-concurrent-polls``)."""
+    """Bound the process's default poll slots to ``size``."""
     _poll_slots[0] = FairSlots(size)
 
 

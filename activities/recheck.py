@@ -9,7 +9,7 @@ So every drain round reads again (after that round's idle reads):
   or replaced is FAILED as well;
 - the EndpointSlices of the namespace (but the per-replica headless Services') and every
   router Pod of the deployment, through the same helpers withdrawal uses
-  (``activities.withdrawal``): a slice listing a target again (any of its addresses, or its
+  (``activities.routing``): a slice listing a target again (any of its addresses, or its
   UID as ``targetRef``), a router selecting one, no fresh or no readable answer, a router
   that restarted since an earlier round of this drain (its ``boot_generation`` changed: a
   restarted router's earlier confirmations do not count), or a read that failed reads
@@ -33,7 +33,7 @@ from temporalio.exceptions import CancelledError
 from activities.fencing import heartbeat
 from activities.labels_off import Recheck, labels_still_off
 from activities.routers import Generations
-from activities.withdrawal import read_router, router_pods, services_listing
+from activities.routing import read_router, router_pods, services_listing
 from kube.api import KubeApi
 from kube.errors import KubeError
 from kube.objects import Pod

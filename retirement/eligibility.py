@@ -1,6 +1,6 @@
 """The one rule for putting the eligibility label (back) on a member.
 
-Two writers add the label: the restore of an aborted retirement (``activities.labels``)
+Two writers add the label: the restore of an aborted retirement (``activities.restore``)
 and the watcher's repair of orphans (``watcher.reconcile``).  Both ask this function, so a
 member the restore holds is never labelled by the watcher a second later:
 

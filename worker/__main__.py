@@ -18,8 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 from temporalio.runtime import Runtime
 
-from activities.drain import limit_execs
-from activities.polling import limit_polls
 from connection.client import connect
 from connection.errors import ConnectionConfigError
 from connection.process import LOG_FORMAT, end_process, error_line, fail, kubeconfig_error
@@ -88,15 +86,18 @@ async def serve(
         ) from e
     if cfg.metrics_address:
         log.info("metrics on http://%s/metrics", cfg.metrics_address)
-    limit_execs(cfg.max_concurrent_execs)
-    limit_polls(cfg.max_concurrent_polls)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     with ThreadPoolExecutor(max_workers=cfg.max_concurrent_activities) as executor:
         worker = build_worker(
-            client, task_queue=cfg.task_queue, kube=kube, executor=executor, serves=cfg.serves
+            client,
+            task_queue=cfg.task_queue,
+            kube=kube,
+            executor=executor,
+            serves=cfg.serves,
+            slots=cfg.slots(),
         )
         async with worker:
             log.info(

@@ -13,6 +13,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import RetirementActivities
+from activities.fairslots import WorkerSlots
 from kube.client import Kube
 from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow
@@ -36,6 +37,7 @@ def build_worker(
     kube: Kube | None,
     executor: ThreadPoolExecutor,
     serves: Serves = Serves.ALL,
+    slots: WorkerSlots | None = None,
 ) -> Worker:
     """A worker for one task queue and one cluster, hosting what ``serves`` says.
 
@@ -43,7 +45,10 @@ def build_worker(
     threads, under one interpreter lock: with hundreds of busy retirements, the polls'
     decoding delays the workflow tasks (measured in the worker benchmark).  Two processes
     on one task queue, one ``WORKFLOWS`` and one ``ACTIVITIES``, keep them apart: for
-    workers on separate machines (on one 2-core machine the split measured worse)."""
+    workers on separate machines (on one 2-core machine the split measured worse).
+
+    ``slots``: the worker's exec and poll slots, owned by its activities (None: the
+    process's default pools)."""
     activities = serves is not Serves.WORKFLOWS
     if activities and kube is None:
         raise ValueError(f"a worker serving {serves.value} needs a cluster (kube)")
@@ -51,7 +56,9 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=[RetirementWorkflow] if serves is not Serves.ACTIVITIES else [],
-        activities=RetirementActivities(kube).all() if kube is not None and activities else [],
+        activities=(
+            RetirementActivities(kube, slots=slots).all() if kube is not None and activities else []
+        ),
         activity_executor=executor if activities else None,
         max_concurrent_activities=executor._max_workers if activities else None,
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,

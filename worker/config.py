@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from activities.drain import DEFAULT_EXEC_SLOTS
+from activities.fairslots import FairSlots, WorkerSlots
 from activities.polling import DEFAULT_POLL_SLOTS
+from activities.sampling import DEFAULT_EXEC_SLOTS
 from connection.flags import ConnectionFlags, add_connection_flags, add_task_queue_flag
 from connection.process import (
     DEFAULT_LOG_LEVEL,
@@ -37,7 +38,7 @@ class WorkerConfig:
     max_concurrent_activities: int
     #: Drain reads (``pods/exec``) this worker runs at once (``activities.fairslots.FairSlots``).
     max_concurrent_execs: int = DEFAULT_MAX_EXECS
-    #: Polls (one round of a polling phase) run at once (``activities.polling.poll_slots``).
+    #: Polls (one round of a polling phase) run at once (``activities.polling``).
     max_concurrent_polls: int = DEFAULT_POLL_SLOTS
     #: ``host:port`` of the Prometheus endpoint (SDK and product metrics); None: off.
     metrics_address: str | None = None
@@ -45,6 +46,13 @@ class WorkerConfig:
     serves: Serves = Serves.ALL
     #: ``--log-level``: debug, info, warning or error.
     log_level: str = "info"
+
+    def slots(self) -> WorkerSlots:
+        """The worker's exec and poll slots, sized by ``--max-concurrent-execs`` and
+        ``--max-concurrent-polls``: its activities own them (``RetirementActivities``)."""
+        return WorkerSlots(
+            execs=FairSlots(self.max_concurrent_execs), polls=FairSlots(self.max_concurrent_polls)
+        )
 
     @classmethod
     def parse(

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from activities.drain import OUTPUT_CAP
 from activities.oneshot import EXEC_TIMEOUT_S, command
+from activities.sampling import OUTPUT_CAP
 from kube.api import ExecResult
 from kube.client import Kube
 from retirement.names import ENGINE_CONTAINER

@@ -20,9 +20,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities import RetirementActivities, polling
 from activities import drain as drain_module
-from activities.drain import OUTPUT_CAP
 from activities.metrics import drain_exec_reads
 from activities.oneshot import EXEC_TIMEOUT_S, SCRIPT
+from activities.sampling import OUTPUT_CAP
 from kube.api import ExecResult
 from kube.errors import Forbidden, Unavailable
 from kube.objects import Pod

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from activities import drain as drain_module
-from activities.drain import DEFAULT_EXEC_SLOTS, exec_oneshot, exec_slots, limit_execs
+from activities import sampling as sampling_module
+from activities.sampling import DEFAULT_EXEC_SLOTS, exec_oneshot, exec_slots, limit_execs
 from kube.api import ExecResult
 from retirement.models import MemberTarget, Target
 from retirement.readings import parse_oneshot_output
@@ -67,7 +67,7 @@ def test_reads_of_many_retirements_run_at_most_the_slots_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     limit_execs(2)
-    monkeypatch.setattr(drain_module, "EXEC_SLOT_WAIT_S", 30.0)
+    monkeypatch.setattr(sampling_module, "EXEC_SLOT_WAIT_S", 30.0)
     api = HeldExecs()
     target, m = member()
     results: list[tuple[str, str]] = []
@@ -91,7 +91,7 @@ def test_a_read_that_finds_no_slot_in_time_reads_unknown_with_the_reason(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     limit_execs(1)
-    monkeypatch.setattr(drain_module, "EXEC_SLOT_WAIT_S", 0.05)
+    monkeypatch.setattr(sampling_module, "EXEC_SLOT_WAIT_S", 0.05)
     api = HeldExecs()
     target, m = member()
     holder = threading.Thread(target=exec_oneshot, args=(api, target, m))
@@ -132,3 +132,24 @@ def test_the_worker_flag_sets_the_slots() -> None:
     assert WorkerConfig.parse([], environ={"RETIRE_MAX_EXECS": "7"}).max_concurrent_execs == 7
     with pytest.raises(SystemExit):
         WorkerConfig.parse(["--max-concurrent-execs", "0"], environ={})
+
+
+def test_a_worker_reads_in_the_slots_its_activities_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's slots are sized by its flags and owned by its activities: a read in
+    them waits for them alone, whatever the process's default pool holds."""
+    monkeypatch.setattr(sampling_module, "EXEC_SLOT_WAIT_S", 0.05)
+    cfg = WorkerConfig.parse(
+        ["--max-concurrent-execs", "1", "--max-concurrent-polls", "3"], environ={}
+    )
+    slots = cfg.slots()
+    assert (slots.execs.size, slots.polls.size) == (1, 3)
+    target, m = member()
+    api = HeldExecs()
+    api.release.set()
+    with slots.execs.slot(0.0, target.namespace) as got:
+        assert got
+        _, error = exec_oneshot(api, target, m, slots=slots.execs)  # type: ignore[arg-type]
+        assert error == "no exec slot within 0.05 s (this worker runs 1 reads at once)"
+        stdout, error = exec_oneshot(api, target, m)  # type: ignore[arg-type]
+        assert error == "" and stdout  # the default pool is another pool
+    assert exec_slots().size == DEFAULT_EXEC_SLOTS

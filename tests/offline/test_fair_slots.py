@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from activities import drain as drain_module
-from activities.drain import DEFAULT_EXEC_SLOTS, exec_oneshot, limit_execs
+from activities import sampling as sampling_module
 from activities.fairslots import FairSlots
 from activities.polling import DEFAULT_POLL_SLOTS, limit_polls, poll_slots
+from activities.sampling import DEFAULT_EXEC_SLOTS, exec_oneshot, limit_execs
 from kube.api import ExecResult
 from retirement.models import MemberTarget, Target
 from tests.helpers.fake_kube import oneshot_stdout
@@ -151,7 +151,7 @@ def test_one_tenants_fleet_of_reads_does_not_starve_another_tenants_read(
     "quiet" asks for one: the next slot freed is quiet's.  With arrival order (a plain
     semaphore), quiet's read ran last, behind all eight of busy's."""
     limit_execs(2)
-    monkeypatch.setattr(drain_module, "EXEC_SLOT_WAIT_S", 3.0)
+    monkeypatch.setattr(sampling_module, "EXEC_SLOT_WAIT_S", 3.0)
     api = HeldExecs()
     busy_t, busy_m = target_in("busy")
     quiet_t, quiet_m = target_in("quiet")

@@ -16,7 +16,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from activities.errors import application_error, application_errors
-from activities.labels import disqualify, restore_once
+from activities.labels import disqualify
+from activities.restore import restore_once
 from kube.client import Kube
 from kube.deployment import MalformedDeployment, parse_deployment
 from kube.errors import (

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from activities import RetirementActivities
-from activities.labels import ADD_AGAIN_AFTER_S
+from activities.restore import ADD_AGAIN_AFTER_S
 from activities.routers import SGLangGateway, VllmRouter
 from activities.withdrawal import REMOVALS_READING
 from retirement.models import (
@@ -440,7 +440,7 @@ def test_smg_must_keep_selecting_a_re_added_worker_before_it_counts(
     window, the worker is added again, and the restore ends with smg selecting it for
     good."""
     monkeypatch.setattr("activities.routers.sglang.SMG_CONFIRM_S", 0.3)
-    monkeypatch.setattr("activities.labels.ADD_AGAIN_AFTER_S", 0.05)
+    monkeypatch.setattr("activities.restore.ADD_AGAIN_AFTER_S", 0.05)
     kube, target = cluster("sglang-gateway", ("router-0", ROUTER_IP))
     smg = PendingDrainSmg(fire_after=5)
     mock = httpx.MockTransport(smg.handle)

@@ -1,0 +1,183 @@
+"""Member sampling: one bounded, read-only ``pods/exec`` of the one-shot in a member's
+``main`` container, matched to the admitted member by Pod UID and container ID before and
+after (``Replaced`` when it is not that Pod any more).  The drain's rounds read through it
+(``activities.drain``), and so do the router-less withdrawal's quiet-window reads
+(``activities.withdrawal``).
+
+Every exec is counted (``activities.metrics``), so a fleet's cost can be reported.
+
+A worker runs at most ``WorkerSlots.execs.size`` execs at once (``FairSlots``), whatever the
+number of retirements it carries: the drain and router-less withdrawal reads of many
+retirements started together arrive together, and each exec costs the API server, the
+kubelet and a process start on the node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from activities.fairslots import FairSlots
+from activities.metrics import count_exec_read
+from activities.oneshot import EXEC_TIMEOUT_S, command, valid_path, valid_port, valid_scheme
+from kube.api import KubeApi
+from kube.errors import KubeError
+from kube.members import MemberGone, read_member
+from retirement.models import MemberTarget, Target
+from retirement.names import ENGINE_CONTAINER
+from retirement.readings import Sample, parse_oneshot_reads, series_for, unknown
+
+OUTPUT_CAP = 64 * 1024
+
+#: Execs one worker runs at once, by default (``retire-worker --max-concurrent-execs``).
+DEFAULT_EXEC_SLOTS = 16
+#: How long a read waits for an exec slot before it gives up (an UNKNOWN read, followed
+#: later: ``retirement.drain.next_read_in``).  With the exec bound, a read takes at most
+#: ``EXEC_SLOT_WAIT_S + EXEC_TIMEOUT_S``, inside the phase activities' heartbeat timeout.
+EXEC_SLOT_WAIT_S = 3.0
+
+
+class Replaced(Exception):
+    """The member is not the admitted Pod any more (gone, or another UID): a definite fault."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What binds a read to the admitted member."""
+
+    uid: str
+    container_id: str
+    restart_count: int
+
+
+def identity(api: KubeApi, target: Target, m: MemberTarget) -> Identity:
+    """The live Pod's UID and ``main`` container identity; raises Replaced."""
+    pod = read_member(api, namespace=target.namespace, name=m.pod, uid=m.uid)
+    if isinstance(pod, MemberGone):
+        raise Replaced(pod.describe())
+    st = pod.container_status(ENGINE_CONTAINER)
+    if st is None:
+        return Identity(uid=pod.uid, container_id="", restart_count=-1)
+    return Identity(uid=pod.uid, container_id=st.container_id, restart_count=st.restart_count)
+
+
+#: Why a bound: N retirements started together (an autoscaler scaling N deployments down)
+#: read together; unbounded, N execs start at once, queue for the API server and the node's
+#: CPU, and every one of them times out together (measured on the bed: 50 reads at once
+#: took 4.2 s against the 5 s exec bound).  Bounded, they run a few at a time and each one
+#: is quick; a read that finds no slot within ``EXEC_SLOT_WAIT_S`` reads UNKNOWN with that
+#: reason (never idle) and is followed later, as a timed-out one is.  The slots are shared
+#: fairly between namespaces (``activities.fairslots``): one tenant's hundred retirements
+#: do not queue ahead of another tenant's one.
+_slots = [FairSlots(DEFAULT_EXEC_SLOTS)]
+
+
+def exec_slots() -> FairSlots:
+    """The process's default exec slots: those of a read given none (a worker's
+    ``RetirementActivities`` passes its own, ``activities.fairslots.WorkerSlots``)."""
+    return _slots[0]
+
+
+def limit_execs(size: int) -> FairSlots:
+    """Bound the process's default exec slots to ``size``."""
+    _slots[0] = FairSlots(size)
+    return _slots[0]
+
+
+def exec_oneshot(
+    api: KubeApi,
+    target: Target,
+    m: MemberTarget,
+    *,
+    twice: bool = False,
+    slots: FairSlots | None = None,
+) -> tuple[str, str]:
+    """Run the one-shot in the member's ``main`` container, in one of the worker's exec
+    ``slots`` (None: the process's default); returns (stdout, error).  ``twice``: the
+    exact count's double read."""
+    try:
+        port = valid_port(None if m.metrics_port is None else str(m.metrics_port))
+        scheme, path = valid_scheme(m.metrics_scheme), valid_path(m.metrics_path)
+    except ValueError as e:
+        return "", f"read refused: {e}"
+    series = series_for(target.engine, target.engine_version)
+    if series is None:
+        return "", f"read refused: unknown engine {target.engine!r}"
+    argv = command(
+        port=port, scheme=scheme, path=path, names=series.all, exact=m.exact_load, twice=twice
+    )
+    slots = exec_slots() if slots is None else slots
+    with slots.slot(EXEC_SLOT_WAIT_S, target.namespace) as got:
+        if not got:
+            return "", (
+                f"no exec slot within {EXEC_SLOT_WAIT_S:g} s "
+                f"(this worker runs {slots.size} reads at once)"
+            )
+        result = api.exec_pod(
+            namespace=target.namespace,
+            name=m.pod,
+            container=ENGINE_CONTAINER,
+            argv=argv,
+            timeout_s=EXEC_TIMEOUT_S,
+            output_cap=OUTPUT_CAP,
+        )
+    count_exec_read(failed=bool(result.error) or result.exit_code not in (0, None))
+    if result.error:
+        return "", result.error
+    if result.exit_code not in (0, None):
+        return "", f"one-shot exited {result.exit_code}"
+    return result.stdout, ""
+
+
+def sample_member(
+    api: KubeApi, target: Target, m: MemberTarget, *, slots: FairSlots | None = None
+) -> Sample:
+    """One read of one member; raises Replaced on a definite identity fault."""
+    return sample_member_reads(api, target, m, twice=False, slots=slots)[0]
+
+
+def sample_member_reads(
+    api: KubeApi,
+    target: Target,
+    m: MemberTarget,
+    *,
+    twice: bool,
+    slots: FairSlots | None = None,
+) -> list[Sample]:
+    """One read of one member, or with ``twice`` (members with the exact count only) two
+    reads ``TWICE_SPACING_S`` apart in one exec, both bound to the admitted container by
+    the identity read before and after the exec; raises Replaced on a definite identity
+    fault."""
+    n = 2 if twice else 1
+
+    def all_unknown(reason: str) -> list[Sample]:
+        return [unknown(reason)] * n
+
+    try:
+        before = identity(api, target, m)
+    except KubeError as e:
+        return all_unknown(f"read Pod failed: {_http(e)}")
+    if not m.container_id:  # admitted as never started: nothing ran, nothing to drain
+        if before.container_id:
+            raise Replaced(f"member {m.pod} started since admission")
+        return [Sample(complete=True, reason="never started: nothing to drain")] * n
+    if before.container_id != m.container_id or before.restart_count != m.restart_count:
+        return all_unknown("container main restarted since admission")
+    stdout, error = exec_oneshot(api, target, m, twice=twice, slots=slots)
+    try:
+        after = identity(api, target, m)
+    except KubeError as e:
+        return all_unknown(f"read Pod failed: {_http(e)}")
+    if after != before:
+        return all_unknown("container main changed during the read")
+    if error:
+        return all_unknown(error)
+    return parse_oneshot_reads(
+        engine=target.engine,
+        stdout=stdout,
+        version=target.engine_version,
+        exact=m.exact_load,
+        reads=n,
+    )
+
+
+def _http(e: KubeError) -> str:
+    return f"HTTP {e.status}" if e.status else f"{type(e).__name__} ({e.reason})"
