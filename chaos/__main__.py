@@ -31,6 +31,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default="product",
         help="product: the watcher and worker retire; plain: Pods deleted at once (baseline)",
     )
+    p.add_argument(
+        "--routerless-policy",
+        choices=("quiet-window", "hold"),
+        default="quiet-window",
+        help="the watcher's policy for the router-less deployments",
+    )
     p.add_argument("--out", type=Path, default=REPO_ROOT / "chaos" / "results")
     a = p.parse_args(argv)
     if a.minutes <= 0 or a.deployments < 1 or a.settle <= 0 or a.streams < 1:
@@ -56,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                 settle_s=a.settle,
                 streams=a.streams,
                 mode=a.mode,
+                routerless=a.routerless_policy,
             )
         )
     finally:

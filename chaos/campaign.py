@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import sys
 import time
@@ -20,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from chaos import audit as audit_log
 from chaos.audit import WORKER_AGENT
-from chaos.oracle import ClientFailure, Fault, Journal, Settled, judge
-from chaos.schedule import Action, Plan
+from chaos.oracle import ClientFailure, Fault, Journal, Settled, converged, judge
+from chaos.schedule import METRICS_FAULTS, Action, Plan
 from retirement.models import RetirementState
 from retirement.names import GROUP, LABEL_ELIGIBLE, LABEL_INSTANCE, LABEL_ORDINAL, PLURAL, VERSION
 from retirement.phases import Outcome
@@ -34,7 +35,7 @@ from testbed.bed import ROUTERS, Bed
 from testbed.load import Load, warm_up
 from testbed.procs import Child, free_port, wait_until
 from testbed.standin_operator import router_pod_name
-from testbed.temporal_dev import load_config, start_dev_server
+from testbed.temporal_dev import TemporalDevConfig, load_config, start_dev_server
 from testbed.worker_process import start_worker_process
 
 QUEUE = "chaos"
@@ -70,14 +71,16 @@ def start_worker(bed: Bed, target: str, n: int) -> Child:
     return start_worker_process(bed, target=target, queue=QUEUE, tag=f"chaos-{n}")
 
 
-def start_watcher(bed: Bed, target: str, n: int, namespace: str) -> Child:
-    """The product's watcher process over the campaign's namespace, once its caches synced."""
+def start_watcher(bed: Bed, target: str, n: int, namespace: str, routerless: str) -> Child:
+    """The product's watcher process over the campaign's namespace, once its caches synced
+    (``routerless``: its ``--routerless-policy``)."""
     child = bed.watcher(
         address=target,
         task_queue=QUEUE,
         watch_namespace=namespace,
         log_path=bed.state_dir / "logs" / f"watcher-chaos-{n}.log",
         resync_s=10.0,
+        extra=("--routerless-policy", routerless),
     )
     wait_until("watcher ready", lambda: "caches synced" in child.log_tail(), timeout=60)
     return child
@@ -102,6 +105,10 @@ class Run:
     actions: list[tuple[float, Action]] = field(default_factory=list)
     restarts: int = 0
     replicas: dict[str, int] = field(default_factory=dict)  #: as last declared
+    routerless: str = "quiet-window"  #: the watcher's --routerless-policy
+    dev: Child | None = None  #: the Temporal dev server (killed and restarted by a fault)
+    dev_cfg: TemporalDevConfig | None = None
+    rng: random.Random = field(default_factory=random.Random)
     _busy: set[str] = field(default_factory=set)
 
     @property
@@ -120,7 +127,7 @@ class Run:
 
     def start_watcher(self) -> Child:
         self.restarts += 1
-        return start_watcher(self.bed, self.target, self.restarts, self.ns)
+        return start_watcher(self.bed, self.target, self.restarts, self.ns, self.routerless)
 
     # ------------------------------------------------------------------ actions
 
@@ -210,6 +217,80 @@ class Run:
         finally:
             self.faults.append(Fault("kill-router", t0, time.time(), dep.name))
 
+    async def _kill_temporal(self, a: Action) -> None:
+        assert self.dev is not None and self.dev_cfg is not None
+        t0 = time.time()
+        self.dev.kill()
+        await asyncio.sleep(a.value)
+        cfg = self.dev_cfg
+        try:
+            self.dev = await asyncio.to_thread(
+                start_dev_server, cfg, log_dir=self.bed.state_dir / "logs" / f"t{self.restarts}"
+            )
+        finally:
+            self.restarts += 1
+            self.faults.append(Fault("kill-temporal", t0, time.time(), "*"))
+
+    def _engines_of(self, deployment: str) -> list[str]:
+        """The hub names of the deployment's running engines."""
+        pods = self.bed.hub_call("GET", "/pods")["pods"]
+        prefix = f"{deployment}-server-"
+        return sorted(p["name"] for p in pods if p["name"].startswith(prefix))
+
+    async def _engine_fault(self, a: Action, traps: dict[str, Any]) -> None:
+        names = await asyncio.to_thread(self._engines_of, a.target)
+        if not names:
+            return
+        hub = self.rng.choice(names)
+        t0 = time.time()
+        await asyncio.to_thread(self.bed.hub_call, "POST", f"/pods/{hub}/traps", traps)
+        try:
+            await asyncio.sleep(a.value)
+        finally:
+            with contextlib.suppress(OSError):  # the Pod may be gone meanwhile
+                await asyncio.to_thread(
+                    self.bed.hub_call, "POST", f"/pods/{hub}/traps", {"clear": True}
+                )
+            self.faults.append(Fault(a.kind, t0, time.time(), a.target))
+
+    async def _engine_busy(self, a: Action) -> None:
+        """An engine whose gauges stay up (stale after a mass abort): it never reads idle."""
+        await self._engine_fault(a, {"stale_gauges": [2, 0]})
+
+    async def _engine_metrics(self, a: Action) -> None:
+        """An engine whose /metrics answers garbage (or nothing) for a while."""
+        await self._engine_fault(a, {"metrics_mode": self.rng.choice(METRICS_FAULTS)})
+
+    async def _restart_engine(self, a: Action) -> None:
+        """An engine's container restarts: its requests are cut, its gauges start at 0."""
+        names = await asyncio.to_thread(self._engines_of, a.target)
+        if names:
+            t0 = time.time()
+            await asyncio.to_thread(
+                self.bed.hub_call, "POST", f"/pods/{self.rng.choice(names)}/restart"
+            )
+            self.faults.append(Fault("restart-engine", t0, time.time(), a.target))
+
+    async def _delete_pod(self, a: Action) -> None:
+        """A person deletes one of the deployment's Pods (grace 0); the operator makes a
+        new one if its ordinal is still declared."""
+        selector = f"{LABEL_INSTANCE}={a.target},{LABEL_ORDINAL}"
+        pods = await asyncio.to_thread(
+            self.core.list_namespaced_pod, self.ns, label_selector=selector
+        )
+        live = [p for p in pods.items if p.metadata.deletion_timestamp is None]
+        if live:
+            victim = self.rng.choice(sorted(live, key=lambda p: p.metadata.name))
+            t0 = time.time()
+            with contextlib.suppress(client.ApiException):
+                await asyncio.to_thread(
+                    self.core.delete_namespaced_pod,
+                    victim.metadata.name,
+                    self.ns,
+                    grace_period_seconds=0,
+                )
+            self.faults.append(Fault("delete-pod", t0, time.time(), a.target))
+
     async def _stall_apiserver(self, a: Action) -> None:
         api = next(c for c in self.bed.cp.children if c.name == "kube-apiserver")
         t0 = time.time()
@@ -274,7 +355,7 @@ class Run:
             sent += 1
         return sent
 
-    def settled(self, running: dict[str, int]) -> list[Settled]:
+    def settled(self, running: dict[str, tuple[int, int]]) -> list[Settled]:
         """Each deployment as it stands: declared, present and eligible Pods."""
         out = []
         for dep in self.plan.deployments:
@@ -290,14 +371,23 @@ class Run:
                 if p.metadata.deletion_timestamp is None
             ]
             eligible = sum((p.metadata.labels or {}).get(LABEL_ELIGIBLE) == "true" for p in pods)
-            out.append(Settled(dep.name, declared, len(pods), eligible, running.get(dep.name, 0)))
+            n, by_policy = running.get(dep.name, (0, 0))
+            out.append(Settled(dep.name, declared, len(pods), eligible, n, by_policy))
         return out
 
-    async def running_by_deployment(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
+    async def running_by_deployment(self) -> dict[str, tuple[int, int]]:
+        """Running retirements per deployment, and how many of them the router-less hold
+        policy holds (held, its reason naming the policy)."""
+        counts: dict[str, tuple[int, int]] = {}
         for _wf, st in await self.retirements(running_only=True):
             name = st.request.deployment if st else "?"
-            counts[name] = counts.get(name, 0) + 1
+            by_policy = (
+                st is not None
+                and st.outcome is Outcome.ABORTED
+                and any("(policy hold)" in r for r in st.reasons)
+            )
+            n, held = counts.get(name, (0, 0))
+            counts[name] = (n + 1, held + by_policy)
         return counts
 
 
@@ -309,7 +399,7 @@ async def settle(run: Run, *, seconds: float) -> list[Settled]:
     while True:
         running = await run.running_by_deployment()
         now = await asyncio.to_thread(run.settled, running)
-        if all(s.pods == s.declared == s.eligible and not s.running_retirements for s in now):
+        if all(converged(s) is None for s in now):
             return now
         if time.monotonic() >= deadline:
             return now
@@ -337,11 +427,13 @@ async def campaign(
     settle_s: float,
     streams: int,
     mode: str = "product",
+    routerless: str = "quiet-window",
 ) -> dict[str, Any]:
     """Run ``plan`` in ``namespace`` of a running ``bed`` (its own Temporal dev server, worker
     and watcher, under ``state_dir``); returns the report's data (``verdict`` included).
     ``mode="plain"``: the same plan without the product, each scale-down deleting the
-    Pods at once (the baseline the report compares with)."""
+    Pods at once (the baseline the report compares with).  ``routerless``: the watcher's
+    router-less policy (``hold`` keeps a router-less replica until a person decides)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     product = mode == "product"
@@ -388,9 +480,13 @@ async def campaign(
             target=cfg.address,
             temporal=temporal,
             worker=start_worker(bed, cfg.address, 0) if product else None,
-            watcher=start_watcher(bed, cfg.address, 0, namespace) if product else None,
+            watcher=start_watcher(bed, cfg.address, 0, namespace, routerless) if product else None,
+            routerless=routerless,
             ns=namespace,
             replicas={d.name: 2 for d in plan.deployments},
+            dev=dev,
+            dev_cfg=cfg,
+            rng=random.Random(plan.seed),
         )
         for d in plan.deployments:
             if d.router:
@@ -470,6 +566,11 @@ async def campaign(
                 for _wf, st in states
                 if st is not None
             ],
+            "running_at_end": [
+                (st.request.deployment, str(st.outcome), st.reasons[-1] if st.reasons else "")
+                for wf, st in states
+                if st is not None and wf.status == WorkflowExecutionStatus.RUNNING
+            ],
             "deletes": [(d.at, d.namespace, d.name, d.agent) for d in audit.deletes],
             "mode": mode,
             "worker_deletes": sum(d.by_worker for d in audit.deletes),
@@ -489,5 +590,6 @@ async def campaign(
                 if c is not None:
                     with contextlib.suppress(Exception):
                         c.stop(timeout=5)
-        if dev is not None:
-            dev.stop(timeout=10)
+        last = run.dev if run is not None and run.dev is not None else dev
+        if last is not None:
+            last.stop(timeout=10)

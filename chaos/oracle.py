@@ -9,9 +9,10 @@ value, so each invariant is unit-tested with a violation it must catch.
    was a member of a retirement's admitted target, and its ordinal was not declared by
    the spec when the server received the delete.
 3. ``attributed``: every failed client request overlaps an injected fault on its own
-   path (``ON_PATH``: that deployment's router), with a grace after it.
+   path (``ON_PATH``: that deployment's router, engine or Pod), with a grace after it.
 4. ``converged``: after the settle period each deployment has its declared Pods, all of
-   them eligible, and no retirement is running.
+   them eligible, and no retirement is running (but one held by the router-less ``hold``
+   policy, whose replica stays and serves).
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from dataclasses import dataclass, field
 
 from chaos.audit import WORKER_AGENT, Audit, PodDelete
 
-#: The fault kinds that sit on a client request's path (its router): only these excuse a
-#: failed request.  A killed worker or watcher, a stalled API server or a label put back
-#: by hand must cost no request.
-ON_PATH = frozenset({"kill-router"})
+#: The fault kinds that sit on a client request's path (its router, its engine, its Pod):
+#: only these excuse a failed request.  A killed worker, watcher or Temporal server, a
+#: stalled API server, a label put back by hand, an engine whose gauges stay up or whose
+#: /metrics answers garbage must cost no request.
+ON_PATH = frozenset({"kill-router", "restart-engine", "delete-pod"})
 
 #: Seconds after an injected fault during which a client failure is still its doing (a
 #: router restarts and re-learns its workers; a retried stream ends).
@@ -70,6 +72,9 @@ class Settled:
     pods: int  #: Pods present (not terminating)
     eligible: int  #: of those, labelled endpoint-eligible
     running_retirements: int
+    #: Of those, held by the router-less ``hold`` policy: by design a person decides, and
+    #: the replica stays, serving (its Pods count on top of the declared ones).
+    held_by_policy: int = 0
 
 
 @dataclass(frozen=True)
@@ -163,13 +168,15 @@ def attributed(failure: ClientFailure, faults: Iterable[Fault]) -> Violation | N
 
 def converged(s: Settled) -> Violation | None:
     """Invariant 4 for one deployment."""
-    if s.pods == s.declared == s.eligible and s.running_retirements == 0:
+    kept = s.held_by_policy  # a held replica is one Pod per member; the campaign's are single
+    if s.pods == s.declared + kept == s.eligible and s.running_retirements == kept:
         return None
     return Violation(
         "converged",
         s.name,
         f"declared {s.declared} Pods, {s.pods} present, {s.eligible} eligible, "
-        f"{s.running_retirements} retirement(s) still running",
+        f"{s.running_retirements} retirement(s) still running "
+        f"({s.held_by_policy} held by the router-less hold policy)",
     )
 
 

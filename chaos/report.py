@@ -29,6 +29,7 @@ def text(r: dict[str, Any]) -> str:
         f"faults: {dict(sorted(kinds.items()))}",
         f"client requests: {ok} ok, {failed} failed",
     ]
+    lines += [f"still running at the end: {d} {o}: {why}" for d, o, why in r["running_at_end"]]
     for inv, n in v.checked.items():
         bad = v.failed(inv)
         lines.append(f"  {'FAIL' if bad else 'pass'}  {inv:<11} {n} checked, {len(bad)} broken")

@@ -13,13 +13,21 @@ MAX_REPLICAS = 3
 
 #: Action kinds and their weights.  ``scale`` changes the spec; the others are faults.
 WEIGHTS = {
-    "scale": 0.60,
-    "kill-router": 0.10,
-    "kill-worker": 0.08,
-    "kill-watcher": 0.08,
-    "stall-apiserver": 0.06,
-    "relabel": 0.08,
+    "scale": 0.52,
+    "kill-router": 0.07,
+    "kill-worker": 0.06,
+    "kill-watcher": 0.06,
+    "kill-temporal": 0.04,
+    "stall-apiserver": 0.04,
+    "relabel": 0.05,
+    "engine-busy": 0.05,
+    "engine-metrics": 0.05,
+    "restart-engine": 0.03,
+    "delete-pod": 0.03,
 }
+
+#: The broken ``/metrics`` answers an engine fault picks from (``testbed.emulator.traps``).
+METRICS_FAULTS = ("malformed", "nan", "empty", "error", "slow", "negative")
 
 
 @dataclass(frozen=True)
@@ -44,7 +52,8 @@ class Action:
 
 @dataclass(frozen=True)
 class Plan:
-    """Everything the seed decides."""
+    """Everything the seed decides before the run (which Pod an engine fault hits is drawn
+    when it runs, from the live Pods, with a generator of the same seed)."""
 
     seed: int
     seconds: float
@@ -78,8 +87,13 @@ def draw(*, seed: int, seconds: float, deployments: int, first_at: float = 8.0) 
             actions.append(Action(t, kind, name, replicas[name]))
         elif kind == "kill-router" and routed:
             actions.append(Action(t, kind, rng.choice(routed), round(rng.uniform(1, 6), 1)))
-        elif kind in ("kill-worker", "kill-watcher"):
+        elif kind in ("kill-worker", "kill-watcher", "kill-temporal"):
             actions.append(Action(t, kind, "*", round(rng.uniform(1, 10), 1)))
+        elif kind in ("engine-busy", "engine-metrics"):
+            # value: seconds; the engine (and, for metrics, the answer) drawn when it runs
+            actions.append(Action(t, kind, rng.choice(deps).name, round(rng.uniform(5, 40), 1)))
+        elif kind in ("restart-engine", "delete-pod"):
+            actions.append(Action(t, kind, rng.choice(deps).name, 0))
         elif kind == "stall-apiserver":
             actions.append(Action(t, kind, "*", round(rng.uniform(3, 15), 1)))
         elif kind == "relabel":

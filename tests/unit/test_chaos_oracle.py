@@ -235,3 +235,10 @@ def test_a_plan_is_the_same_for_the_same_seed_and_keeps_replicas_in_bounds() -> 
     assert {a.kind for a in one.actions} >= {"scale", "kill-worker", "kill-watcher", "relabel"}
     with pytest.raises(ValueError):
         draw(seed=1, seconds=0, deployments=3)
+
+
+def test_a_replica_held_by_the_routerless_hold_policy_counts_as_converged() -> None:
+    # declared 1, the held replica kept and serving: 2 Pods, both eligible, one run held
+    assert converged(Settled("c03", 1, 2, 2, 1, held_by_policy=1)) is None
+    assert converged(Settled("c03", 1, 2, 1, 1, held_by_policy=1)) is not None  # not serving
+    assert converged(Settled("c03", 1, 2, 2, 2, held_by_policy=1)) is not None  # another runs
