@@ -61,4 +61,6 @@ def parse_retry_annotation(value: str) -> RetryAnnotation:
         raise ValueError(f"role {role[:64]!r} is not a valid role name")
     if not is_decimal(ordinal) or len(ordinal) > 6:
         raise ValueError(f"ordinal {ordinal[:16]!r} is not a non-negative integer")
+    if ordinal != str(int(ordinal)):  # "01" would name ordinal 1 under another spelling
+        raise ValueError(f"ordinal {ordinal!r} has a leading zero (write {int(ordinal)})")
     return RetryAnnotation(role=role, ordinal=int(ordinal), token=validate_token(token))

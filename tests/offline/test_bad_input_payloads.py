@@ -122,6 +122,13 @@ def test_bad_retry_annotation_is_refused_saying_why(value: str) -> None:
         parse_retry_annotation(value)
 
 
+@pytest.mark.parametrize("value", ["server:01:tok", "server:00:tok", "0:00:0"])
+def test_an_ordinal_with_a_leading_zero_is_refused(value: str) -> None:
+    """Hypothesis found "0:00:0" accepted as ordinal 0: one annotation, two spellings."""
+    with pytest.raises(ValueError, match="leading zero"):
+        parse_retry_annotation(value)
+
+
 @settings(max_examples=300, deadline=None)
 @given(value=st.text(alphabet=st.sampled_from("worker:0123456789-._tW \n\u00b2"), max_size=24))
 def test_an_accepted_annotation_round_trips(value: str) -> None:
