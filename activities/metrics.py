@@ -3,7 +3,7 @@
 Each drain read is one ``pods/exec`` through the API server, the dearest call a retirement
 makes.  Inside an activity each read (and each failed one) is also counted on Temporal's
 activity metric meter, which the worker exports with the SDK's own metrics
-(``worker/telemetry.py``): ``retire_drain_exec_reads`` and ``retire_drain_exec_errors``.
+(``worker/telemetry.py``): ``retire_drain_exec_reads_total`` and ``retire_drain_exec_errors_total``.
 The process-wide totals serve tests and benchmarks that call the activities directly.
 """
 
@@ -14,7 +14,7 @@ import threading
 from temporalio import activity
 
 #: Every metric this module exports, by Prometheus type.
-EXPORTED = {"retire_drain_exec_reads": "counter", "retire_drain_exec_errors": "counter"}
+EXPORTED = {"retire_drain_exec_reads_total": "counter", "retire_drain_exec_errors_total": "counter"}
 
 _lock = threading.Lock()
 _totals = {"reads": 0, "errors": 0}
@@ -28,11 +28,11 @@ def count_exec_read(*, failed: bool) -> None:
     if activity.in_activity():
         meter = activity.metric_meter()
         meter.create_counter(
-            "retire_drain_exec_reads", "Drain reads: pods/exec into an engine container"
+            "retire_drain_exec_reads_total", "Drain reads: pods/exec into an engine container"
         ).add(1)
         if failed:
             meter.create_counter(
-                "retire_drain_exec_errors", "Drain reads that failed (no usable output)"
+                "retire_drain_exec_errors_total", "Drain reads that failed (no usable output)"
             ).add(1)
 
 
