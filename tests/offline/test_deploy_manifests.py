@@ -1089,3 +1089,34 @@ def test_the_metric_name_reader_reads_promql() -> None:
         promql_metric_names("rat(e[5m])")
     with pytest.raises(AssertionError):
         promql_metric_names("sum(rate(e[5m])")
+
+
+def test_the_own_namespace_example_moves_the_product_and_leaves_the_model_grants() -> None:
+    """deploy/examples/own-namespace: every object of the overlay it wraps, the product's
+    in the new namespace, the model-namespace RoleBindings still in the model namespace,
+    and every binding's subjects naming the ServiceAccounts where they now are."""
+    moved = render("examples/own-namespace")
+    plain = render("overlays/in-cluster-temporal")
+
+    def key(o: Obj, ns: str | None) -> tuple[str, str | None, str]:
+        return (o["kind"], ns, o["metadata"]["name"])
+
+    expect = set()
+    for o in plain:
+        ns = o["metadata"].get("namespace")
+        if o["kind"] == "Namespace":
+            expect.add(("Namespace", None, "retire-x"))
+        else:
+            expect.add(key(o, "retire-x" if ns == PRODUCT_NS else ns))
+    assert {key(o, o["metadata"].get("namespace")) for o in moved} == expect
+    grants = [
+        o for o in moved if o["kind"] == "RoleBinding" and o["metadata"]["namespace"] == "models"
+    ]
+    assert {o["metadata"]["name"] for o in grants} == {
+        "retire-worker-destructive",
+        "retire-watcher-label",
+    }
+    for o in moved:
+        for s in o.get("subjects", []):
+            assert s["namespace"] == "retire-x", (o["kind"], o["metadata"]["name"], s)
+    assert not any(o["metadata"].get("namespace") == PRODUCT_NS for o in moved)
