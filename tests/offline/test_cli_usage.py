@@ -142,6 +142,14 @@ def test_retire_watcher_is_a_console_script_of_the_watchers_main() -> None:
     assert callable(getattr(importlib.import_module(module), name))
 
 
+def test_the_package_installs_only_the_products_commands() -> None:
+    """The test bed is not the product: ``python -m testbed`` runs it from a checkout, and
+    no ``retire-bed`` lands on a user's PATH."""
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert set(scripts) == {"retire-worker", "retire-watcher", "retire", "kubectl-retire"}
+    assert not any(target.startswith("testbed") for target in scripts.values())
+
+
 def test_several_bad_fields_are_all_named_on_one_line(
     connects: list[Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
