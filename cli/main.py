@@ -1,14 +1,19 @@
 """``retire`` (also ``kubectl retire``) — watch, abort and retry retirements.
 
-    retire list [--in NAMESPACE] [--all]           running and held (and ended) retirements
-    retire status NAMESPACE/DEPLOYMENT [-o json|yaml]  a readable page (or the whole state)
-    retire watch  NAMESPACE/DEPLOYMENT             live progress until it ends or holds
-    retire abort  NAMESPACE/DEPLOYMENT --reason R  abort (an Update; --signal to signal)
-    retire retry  NAMESPACE/DEPLOYMENT [--token T] retry a held retirement (a token is
-                                                   generated and printed when not given)
-    retire cancel-intent NAMESPACE/DEPLOYMENT      the replica is wanted after all
-    retire start  NAMESPACE/DEPLOYMENT --role R --ordinal N   start one by hand
-    retire setup                                   register the search attributes
+    retire list [-n NS | -A] [--all]       running and held (and ended) retirements
+    retire status DEPLOYMENT [-o json|yaml]  a readable page (or the whole state)
+    retire watch  DEPLOYMENT                 live progress until it ends or holds
+    retire abort  DEPLOYMENT --reason R      abort (an Update; --signal to signal)
+    retire retry  DEPLOYMENT [--token T]     retry a held retirement (a token is
+                                             generated and printed when not given)
+    retire cancel-intent DEPLOYMENT          the replica is wanted after all
+    retire start  DEPLOYMENT --role R --ordinal N   start one by hand
+    retire setup                             register the search attributes
+
+As in kubectl, -n/--namespace is the Kubernetes namespace (default: the current
+kubeconfig context's, else "default"), -A/--all-namespaces lists every namespace, and a
+DEPLOYMENT may also be written NAMESPACE/DEPLOYMENT.  The Temporal namespace is
+--temporal-namespace.
 
 Exit codes: 0 done; 1 refused, not found, Temporal answered an error (a failed query too),
 or an update got no answer in time; 2 bad arguments or bad connection configuration; 3
@@ -25,7 +30,6 @@ import asyncio
 import json
 import math
 import os
-import re
 import secrets
 import sys
 from collections.abc import Iterable, Mapping
@@ -45,6 +49,7 @@ from temporalio.client import (
 from temporalio.service import RPCError
 
 from cli import render
+from cli.kubens import RefError, context_namespace, namespace_flag, resolve_ref
 from cli.setup import SetupConflict, register_search_attributes
 from connection.client import connect
 from connection.errors import ConnectionConfigError
@@ -63,24 +68,9 @@ from retirement.phases import Outcome
 from watcher.retirements import AlreadyRunning, Retirements, TemporalError, WorkflowNotFound
 from workflows.mirror import SA_DEPLOYMENT, SA_ORDINAL, SA_OUTCOME, SA_PHASE, SA_ROLE
 
-#: A Kubernetes namespace name (``--in``).
-_K8S_NS = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-REF = re.compile(
-    r"^(?P<ns>[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)/(?P<md>[a-z0-9]([-a-z0-9.]{0,251}"
-    r"[a-z0-9])?)$"
-)
-
 
 class UsageError(Exception):
     """Bad command-line input."""
-
-
-def parse_ref(ref: str) -> tuple[str, str]:
-    """``namespace/deployment`` → (namespace, deployment); UsageError when malformed."""
-    m = REF.fullmatch(ref)
-    if m is None:
-        raise UsageError(f"{ref!r} is not NAMESPACE/DEPLOYMENT (lower-case DNS names)")
-    return m.group("ns"), m.group("md")
 
 
 def version() -> str:
@@ -111,8 +101,12 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     ls = sub.add_parser("list", help="running and held retirements (Temporal visibility)")
     ls.add_argument(
-        "--in", dest="scope", metavar="NAMESPACE", help="only this Kubernetes namespace"
+        "-A",
+        "--all-namespaces",
+        action="store_true",
+        help="every Kubernetes namespace (default: the one -n names)",
     )
+    ls.add_argument("--in", dest="scope", metavar="NAMESPACE", help=argparse.SUPPRESS)
     ls.add_argument("--all", action="store_true", help="also the ones that ended")
     ls.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
     ls.add_argument(
@@ -152,10 +146,25 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("--ordinal", required=True, type=int)
     st.add_argument("--budgets", default="{}", help='JSON, e.g. {"overall_s": 300, "drain_s": 240}')
     st.add_argument("--routerless-policy", default="hold", choices=["hold", "quiet-window"])
+    _add_namespace_flag(p)
     for each in sub.choices.values():  # the connection flags after the subcommand too
         add_connection_flags(each, repeated=True)
         add_task_queue_flag(each, repeated=True)
+        _add_namespace_flag(each, repeated=True)
     return p
+
+
+def _add_namespace_flag(parser: argparse.ArgumentParser, *, repeated: bool = False) -> None:
+    """kubectl's ``-n/--namespace`` (on a subcommand without a default, so a value given
+    before the subcommand survives its parse)."""
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        dest="k8s_namespace",
+        metavar="NS",
+        default=argparse.SUPPRESS if repeated else None,
+        help="Kubernetes namespace (default: the current kubeconfig context's, else default)",
+    )
 
 
 #: The command-line names of the request fields a validation error can name.
@@ -266,9 +275,13 @@ LIST_READ_TIMEOUT_S = 2.0
 REASON_WIDTH = 80
 
 
-def list_query(*, everything: bool) -> str:
-    """The visibility query of ``retire list`` (the search attributes the UI filters on)."""
+def list_query(*, everything: bool, scope: str | None = None) -> str:
+    """The visibility query of ``retire list`` (the search attributes the UI filters on):
+    the server filters by Kubernetes namespace (``scope``, already checked to be a DNS
+    label, so it cannot break out of the quotes)."""
     query = "WorkflowType = 'Retirement'"  # @workflow.defn(name="Retirement")
+    if scope is not None:
+        query += f" AND {SA_DEPLOYMENT.name} STARTS_WITH '{scope}/'"
     return query if everything else query + " AND ExecutionStatus = 'Running'"
 
 
@@ -316,7 +329,7 @@ async def list_retirements(
     retirement, the table's columns as keys); at most ``limit`` of them."""
     now = datetime.now(UTC)
     listed: list[tuple[Any, str]] = []
-    async for wf in retirements.each(list_query(everything=everything)):
+    async for wf in retirements.each(list_query(everything=everything, scope=scope)):
         deployment = wf.typed_search_attributes.get(SA_DEPLOYMENT) or wf.id.removeprefix(
             "retirement/"
         )
@@ -408,15 +421,25 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
         print(f"namespace {connection.namespace}:")
         print("\n".join(f"  {line}" for line in lines))
         return 0
+    try:
+        namespace = namespace_flag(args.k8s_namespace)
+        if args.command == "list" and args.scope is not None:  # the old spelling of -n
+            namespace = namespace_flag(args.scope)
+        if args.command == "list":
+            if args.all_namespaces and namespace is not None:
+                raise RefError("-A and -n name different scopes: give one")
+            scope = None if args.all_namespaces else namespace or context_namespace()
+        else:
+            ns, md = resolve_ref(args.ref, namespace, context_namespace)
+    except RefError as e:
+        raise UsageError(str(e)) from e
     if args.command == "list":
-        if args.scope is not None and not _K8S_NS.fullmatch(args.scope):
-            raise UsageError(f"--in {args.scope!r} is not a Kubernetes namespace name")
         if args.limit is not None and args.limit < 1:
             raise UsageError("--limit must be at least 1")
         try:
             return await list_retirements(
                 Retirements(await connect(connection)),
-                scope=args.scope,
+                scope=scope,
                 everything=args.all,
                 output=args.output,
                 limit=args.limit,
@@ -424,7 +447,6 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
         except TemporalError as e:
             _error(f"{e.status.name}: {e.message}")
             return 1
-    ns, md = parse_ref(args.ref)
     wid = workflow_id_for(namespace=ns, deployment=md)
     if args.command == "watch":
         if not math.isfinite(args.interval):

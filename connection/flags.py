@@ -64,7 +64,7 @@ def add_connection_flags(parser: argparse.ArgumentParser, *, repeated: bool = Fa
         help="server address (TEMPORAL_ADDRESS)",
     )
     g.add_argument(
-        "--namespace",
+        "--temporal-namespace",
         dest=d + "namespace",
         metavar="NS",
         help="Temporal namespace (TEMPORAL_NAMESPACE)",

@@ -123,7 +123,7 @@ async def demo(args: argparse.Namespace) -> int:
                     task_queue=cfg.task_queue,
                     watch_namespace=NS,
                     resync_s=2,
-                    extra=("--namespace", cfg.namespace),
+                    extra=("--temporal-namespace", cfg.namespace),
                     log_path=REPO_ROOT / ".bed" / "demo" / "logs" / "watcher.log",
                 )
                 say(f"watcher running (log: {watcher.log_path})")

@@ -553,7 +553,11 @@ CLI_ARGS: list[Case] = [
     Case("unknown-command", ["bogus", "demo/llm"]),
     Case("status-no-ref", ["status"]),
     Case("status-upper-ns", ["status", "Demo/llm"]),
-    Case("status-no-slash", ["status", "demo"]),
+    Case("status-bad-name", ["status", "Demo"]),
+    Case("status-n-contradicts", ["status", "demo/llm", "-n", "other"]),
+    Case("status-bad-n", ["status", "llm", "-n", "Bad_ns"]),
+    Case("list-A-and-n", ["list", "-A", "-n", "demo"]),
+    Case("list-bad-n", ["list", "-n", "x/y"]),
     Case("status-empty-md", ["status", "demo/"]),
     Case("status-empty-ns", ["status", "/llm"]),
     Case("status-extra-part", ["status", "demo/llm/x"]),
@@ -611,7 +615,7 @@ CLI_ARGS: list[Case] = [
         ["start", "demo/llm", "--role", "worker", "--ordinal", "1", "--routerless-policy", "never"],
     ),
     Case("cancel-no-ref", ["cancel-intent"]),
-    Case("cancel-bad-ref", ["cancel-intent", "demo"]),
+    Case("cancel-bad-ref", ["cancel-intent", "demo_x"]),
 ]
 
 # ------------------------------------------------------------------ configuration

@@ -19,7 +19,7 @@ _TOKEN_RULE = (
     " letter or digit"
 )
 _DNS = "must be lower-case letters, digits, '-' or '.', starting and ending with a letter or digit"
-_REF = "is not NAMESPACE/DEPLOYMENT (lower-case DNS names)"
+_REF = "is not DEPLOYMENT or NAMESPACE/DEPLOYMENT (lower-case DNS names)"
 _BUDGET_FIELDS = "overall_s, withdrawal_s, drain_s, settle_s, poll_interval_s"
 _OBJECT = 'retire: --budgets: must be a JSON object, e.g. {"overall_s": 300}'
 #: The last stderr line of each bad input: it names the field and says what is wrong
@@ -29,7 +29,11 @@ MESSAGES: dict[str, str] = {
     "unknown-command": "error: argument command: invalid choice: 'bogus'",
     "status-no-ref": "error: the following arguments are required: ref",
     "status-upper-ns": f"retire: 'Demo/llm' {_REF}",
-    "status-no-slash": f"retire: 'demo' {_REF}",
+    "status-bad-name": f"retire: 'Demo' {_REF}",
+    "status-n-contradicts": "retire: 'demo/llm' is in namespace 'demo', but -n says 'other'",
+    "status-bad-n": "retire: -n 'Bad_ns' is not a Kubernetes namespace name",
+    "list-A-and-n": "retire: -A and -n name different scopes: give one",
+    "list-bad-n": "retire: -n 'x/y' is not a Kubernetes namespace name",
     "status-empty-md": f"retire: 'demo/' {_REF}",
     "status-empty-ns": f"retire: '/llm' {_REF}",
     "status-extra-part": f"retire: 'demo/llm/x' {_REF}",
@@ -71,7 +75,7 @@ MESSAGES: dict[str, str] = {
     "start-budgets-deep": "retire: --budgets: JSON nested too deeply",
     "start-policy": "error: argument --routerless-policy: invalid choice: 'never'",
     "cancel-no-ref": "error: the following arguments are required: ref",
-    "cancel-bad-ref": f"retire: 'demo' {_REF}",
+    "cancel-bad-ref": f"retire: 'demo_x' {_REF}",
 }
 
 

@@ -41,6 +41,8 @@ def connects(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         return fake.client()
 
     monkeypatch.setattr(cli.main, "connect", connect)
+    # The current kubeconfig context's namespace (never the machine's own kubeconfig).
+    monkeypatch.setattr(cli.main, "context_namespace", lambda: "demo")
     return opened
 
 
@@ -219,8 +221,8 @@ def test_watch_gives_up_at_its_timeout_and_says_the_retirement_goes_on(
         (["status", "demo/llama", "--address", "10.9.9.9:7233"], "10.9.9.9:7233", "default"),
         (["--address", "a:1", "status", "demo/llama"], "a:1", "default"),
         (["--address", "a:1", "status", "demo/llama", "--address", "b:2"], "b:2", "default"),
-        (["--namespace", "t1", "list", "--address", "c:3"], "c:3", "t1"),
-        (["list", "--namespace", "t2"], "127.0.0.1:1", "t2"),
+        (["--temporal-namespace", "t1", "list", "--address", "c:3"], "c:3", "t1"),
+        (["list", "--temporal-namespace", "t2"], "127.0.0.1:1", "t2"),
     ],
 )
 def test_connection_flags_are_taken_after_the_subcommand_too(
@@ -231,3 +233,60 @@ def test_connection_flags_are_taken_after_the_subcommand_too(
     run_cli(argv)
     (settings,) = connects[1:]
     assert (settings.address, settings.namespace) == (address, namespace)
+
+
+# --- kubectl's habits: -n, -A, a bare DEPLOYMENT ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status", "llama", "-n", "demo"],
+        ["-n", "demo", "status", "llama"],
+        ["status", "demo/llama", "-n", "demo"],
+        ["status", "demo/llama"],
+        ["status", "llama"],  # the current context's namespace (demo here)
+    ],
+)
+def test_a_deployment_is_named_as_kubectl_names_it(
+    connects: list[Any], monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    monkeypatch.setattr(cli.main, "context_namespace", lambda: "demo")
+    assert run_cli([*argv, "-o", "json"]) == 0
+    fake = connects[0]
+    assert [c.workflow_id for c in fake.called("query")] == [WID]
+
+
+def test_list_asks_the_server_for_one_namespace_and_minus_a_for_all(
+    connects: list[Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli.main, "context_namespace", lambda: "elsewhere")
+    fake = connects[0]
+    assert run_cli(["list", "-o", "json"]) == 0  # the context's namespace: nothing there
+    assert json.loads(capsys.readouterr().out) == []
+    assert "RetirementDeployment STARTS_WITH 'elsewhere/'" in fake.called("list_workflows")[-1].arg
+    assert run_cli(["list", "-n", "demo", "-o", "json"]) == 0
+    assert [r["deployment"] for r in json.loads(capsys.readouterr().out)] == ["demo/llama"]
+    assert run_cli(["list", "-A", "-o", "json"]) == 0
+    assert [r["deployment"] for r in json.loads(capsys.readouterr().out)] == ["demo/llama"]
+    assert "STARTS_WITH" not in fake.called("list_workflows")[-1].arg
+
+
+def test_the_current_namespace_comes_from_the_kubeconfig_context(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cli.kubens import context_namespace
+
+    cfg = tmp_path / "config"
+    cfg.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u, namespace: models}}]\n"
+    )
+    monkeypatch.setenv("KUBECONFIG", str(cfg))
+    assert context_namespace() == "models"
+    cfg.write_text(cfg.read_text().replace(", namespace: models", ""))
+    assert context_namespace() == "default"
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    assert context_namespace() == "default"

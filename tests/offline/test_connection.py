@@ -180,7 +180,15 @@ def test_flags_override_environment_and_file(tmp_path: Path) -> None:
         "TEMPORAL_API_KEY": "env-key",
     }
     s = settings(
-        ["--address", "flag:7233", "--namespace", "flag-ns", "--api-key", "flag-key", "--no-tls"],
+        [
+            "--address",
+            "flag:7233",
+            "--temporal-namespace",
+            "flag-ns",
+            "--api-key",
+            "flag-key",
+            "--no-tls",
+        ],
         env,
     )
     assert (s.address, s.namespace, s.api_key, s.tls) == ("flag:7233", "flag-ns", "flag-key", False)
@@ -466,7 +474,7 @@ def test_worker_watcher_and_cli_show_the_same_connection_flags() -> None:
     expected = {opt for action in p._actions for opt in action.option_strings} - {"-h", "--help"}
     assert {
         "--address",
-        "--namespace",
+        "--temporal-namespace",
         "--profile",
         "--config-file",
         "--tls",

@@ -23,14 +23,17 @@ from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from cli.main import list_query
 from cli.main import main as retire_cli
+from retirement.models import RetirementRequest, workflow_id_for
 from retirement.phases import Outcome, Phase
 from testbed.paths import venv_bin
 from tests.helpers import eventually_async
 from tests.helpers.retirements import end_retirement
 from tests.workflows.fakes import FakeWorld
 from tests.workflows.test_operating_on_dev_server import running, start, until
-from workflows.mirror import SEARCH_ATTRIBUTES
+from workflows.mirror import SEARCH_ATTRIBUTES, initial_search_attributes
+from workflows.retirement import RetirementWorkflow
 
 pytestmark = [pytest.mark.devserver, pytest.mark.asyncio(loop_scope="session")]
 __all__ = ["running"]  # the fixture, shared
@@ -38,7 +41,7 @@ __all__ = ["running"]  # the fixture, shared
 
 def cli(dev_env: WorkflowEnvironment, *args: str, namespace: str | None = None) -> int:
     target = dev_env.client.service_client.config.target_host
-    ns = ["--namespace", namespace] if namespace else []
+    ns = ["--temporal-namespace", namespace] if namespace else []
     return retire_cli(["--address", target, *ns, *args])
 
 
@@ -189,7 +192,7 @@ async def test_list_answers_quickly_when_a_retirement_has_no_worker(
     orphan = await start(client, f"nobody-{uuid.uuid4().hex[:8]}")  # no worker polls it
     ref = orphan.id.removeprefix("retirement/")
     t0 = time.monotonic()
-    assert await asyncio.to_thread(cli, dev_env, "list", "--in", "ops") == 0
+    assert await asyncio.to_thread(cli, dev_env, "list", "-n", "ops") == 0
     took = time.monotonic() - t0
     row = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(ref + " "))
     assert row.split()[5:8] == ["-", orphan.id, "-"], row
@@ -206,12 +209,12 @@ async def test_list_as_json_limited_and_watch_with_a_timeout(
     client = dev_env.client
     orphan = await start(client, f"nobody-{uuid.uuid4().hex[:8]}")
     ref = orphan.id.removeprefix("retirement/")
-    assert await asyncio.to_thread(cli, dev_env, "list", "--in", "ops", "-o", "json") == 0
+    assert await asyncio.to_thread(cli, dev_env, "list", "-n", "ops", "-o", "json") == 0
     rows = json.loads(capsys.readouterr().out)
     (row,) = [r for r in rows if r["workflow"] == orphan.id]
     assert row["deployment"] == ref and row["outcome"] == "Running", row
     assert row["replica"] == "server:1" or row["replica"].endswith(":1"), row
-    assert await asyncio.to_thread(cli, dev_env, "list", "--limit", "1", "-o", "yaml") == 0
+    assert await asyncio.to_thread(cli, dev_env, "list", "-A", "--limit", "1", "-o", "yaml") == 0
     assert len(yaml.safe_load(capsys.readouterr().out)) == 1
     t0 = time.monotonic()
     code = await asyncio.to_thread(
@@ -220,3 +223,37 @@ async def test_list_as_json_limited_and_watch_with_a_timeout(
     assert code == 1 and time.monotonic() - t0 < 10
     assert "still runs after --timeout 1 s" in capsys.readouterr().err
     await orphan.terminate("test over")
+
+
+async def test_the_server_filters_list_by_kubernetes_namespace(
+    dev_env: WorkflowEnvironment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``-n`` becomes ``RetirementDeployment STARTS_WITH 'ns/'`` in the visibility query, and
+    the real server honours it (the offline fake does not read queries); ``-A`` lists every
+    namespace."""
+    client = dev_env.client
+    ns = f"only-{uuid.uuid4().hex[:6]}"
+    queue = f"nobody-{uuid.uuid4().hex[:8]}"  # no worker: the retirements just run
+    req = RetirementRequest(namespace=ns, deployment="llm", role="server", ordinal=1)
+    mine = await client.start_workflow(
+        RetirementWorkflow.run,
+        req,
+        id=workflow_id_for(namespace=ns, deployment="llm"),
+        task_queue=queue,
+        search_attributes=initial_search_attributes(req),
+    )
+    other = await start(client, queue)
+
+    async def listed(*args: str) -> set[str]:
+        assert await asyncio.to_thread(cli, dev_env, "list", *args, "-o", "json") == 0
+        return {r["workflow"] for r in json.loads(capsys.readouterr().out)}
+
+    await eventually_async(
+        lambda: listed("-n", ns), accept=lambda ids: ids == {mine.id}, what="only ns listed"
+    )
+    assert {mine.id, other.id} <= await listed("-A")
+    # The server itself filters (the CLI's own check is only a guard behind it).
+    served = [wf.id async for wf in client.list_workflows(list_query(everything=False, scope=ns))]
+    assert served == [mine.id]
+    await mine.terminate("test over")
+    await other.terminate("test over")
