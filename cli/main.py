@@ -9,6 +9,7 @@
     retire cancel-intent DEPLOYMENT          the replica is wanted after all
     retire start  DEPLOYMENT --role R --ordinal N   start one by hand
     retire setup                             register the search attributes
+    retire completion bash|zsh|tcsh          a shell completion script
 
 As in kubectl, -n/--namespace is the Kubernetes namespace (default: the current
 kubeconfig context's, else "default"), -A/--all-namespaces lists every namespace, and a
@@ -49,6 +50,7 @@ from temporalio.client import (
 from temporalio.service import RPCError
 
 from cli import render
+from cli.complete import SHELLS, script
 from cli.kubens import RefError, context_namespace, namespace_flag, resolve_ref
 from cli.setup import SetupConflict, register_search_attributes
 from connection.client import connect
@@ -125,11 +127,13 @@ def parser() -> argparse.ArgumentParser:
         help="give up after this many seconds (exit 1; the retirement goes on)",
     )
     sub.add_parser("setup", help="register the search attributes on the namespace")
-    a = sub.add_parser("abort")
+    comp = sub.add_parser("completion", help="print a shell completion script")
+    comp.add_argument("shell", choices=SHELLS)
+    a = sub.add_parser("abort", help="abort before any delete: the replica is kept, serving")
     a.add_argument("ref")
     a.add_argument("--reason", required=True)
     a.add_argument("--signal", action="store_true", help="send a signal instead of an update")
-    r = sub.add_parser("retry")
+    r = sub.add_parser("retry", help="a fresh attempt of a held retirement")
     r.add_argument("ref")
     r.add_argument(
         "--token",
@@ -137,10 +141,10 @@ def parser() -> argparse.ArgumentParser:
         " without it one is generated and printed",
     )
     r.add_argument("--signal", action="store_true")
-    c = sub.add_parser("cancel-intent")
+    c = sub.add_parser("cancel-intent", help="the replica is wanted after all")
     c.add_argument("ref")
     c.add_argument("--reason", default="the spec re-declares the ordinal")
-    st = sub.add_parser("start")
+    st = sub.add_parser("start", help="start a retirement by hand")
     st.add_argument("ref")
     st.add_argument("--role", required=True)
     st.add_argument("--ordinal", required=True, type=int)
@@ -577,7 +581,11 @@ def _error(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if args.command == "completion":  # needs no connection
+        print(script(p, args.shell))
+        return 0
     try:
         connection = resolve(ConnectionFlags.from_args(args), environ=os.environ)
     except ConnectionConfigError as e:

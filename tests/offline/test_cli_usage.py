@@ -146,9 +146,15 @@ def test_retire_watcher_is_a_console_script_of_the_watchers_main() -> None:
 
 def test_the_package_installs_only_the_products_commands() -> None:
     """The test bed is not the product: ``python -m testbed`` runs it from a checkout, and
-    no ``retire-bed`` lands on a user's PATH."""
+    no ``retire-bed`` lands on a user's PATH (kubectl's completion helper is the CLI's)."""
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert set(scripts) == {"retire-worker", "retire-watcher", "retire", "kubectl-retire"}
+    assert set(scripts) == {
+        "retire-worker",
+        "retire-watcher",
+        "retire",
+        "kubectl-retire",
+        "kubectl_complete-retire",
+    }
     assert not any(target.startswith("testbed") for target in scripts.values())
 
 
