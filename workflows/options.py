@@ -8,8 +8,12 @@ from temporalio.common import RetryPolicy
 
 from activities.fencing import THROTTLE_S
 
-#: Errors an activity raises that retrying cannot mend (a 404/409/422/403, bad input).
-NON_RETRYABLE = ["NotFound", "Conflict", "Invalid", "Forbidden", "BadInput"]
+#: Errors an activity raises that retrying cannot mend (a 404/409/422/403): the names of
+#: ``kube.errors``' classes that are not ``retryable`` (``activities.errors`` raises each as
+#: an ``ApplicationError`` of its class's name; ``tests/unit/test_error_vocabulary.py``
+#: holds the two lists together; this module stays free of the Kubernetes client, which
+#: the workflow sandbox would import).
+NON_RETRYABLE = ["NotFound", "Conflict", "Invalid", "Forbidden"]
 #: Slack between an activity's own deadline and the workflow's timeout of it.
 GRACE = timedelta(seconds=15)
 #: The workflow's own timer on a phase activity fires this long after the activity's
@@ -48,10 +52,10 @@ ADMIT = RetryPolicy(
     maximum_attempts=30,
     non_retryable_error_types=NON_RETRYABLE,
 )
-#: After the point of no return the deletes must finish: retry until they do.
+#: After the point of no return the deletes must finish: retry until they do (an error
+#: the activity marks non-retryable, such as Invalid, still ends them).
 PERSISTENT = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30),
-    non_retryable_error_types=["BadInput"],
 )

@@ -282,7 +282,7 @@ class Steps:
             )
         except ActivityError as e:
             if not _queue_timeout(e):
-                # A non-retryable error (Invalid: the server refuses the request; BadInput),
+                # A non-retryable error (Invalid: the server refuses the request),
                 # or retries that ran out (the API server down, RBAC without delete, for
                 # ``DELETE_SCHEDULE_TIMEOUT``): the deletes cannot finish now; what was
                 # deleted is in the error, and status.retirement stays for a person.
