@@ -1120,3 +1120,51 @@ def test_the_own_namespace_example_moves_the_product_and_leaves_the_model_grants
         for s in o.get("subjects", []):
             assert s["namespace"] == "retire-x", (o["kind"], o["metadata"]["name"], s)
     assert not any(o["metadata"].get("namespace") == PRODUCT_NS for o in moved)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_deployment_has_a_disruption_budget_that_keeps_one_pod(overlay: str) -> None:
+    objs = render(f"overlays/{overlay}")
+    budgets = [o for o in objs if o["kind"] == "PodDisruptionBudget"]
+    for dep in (o for o in objs if o["kind"] == "Deployment"):
+        labels = dep["spec"]["template"]["metadata"]["labels"]
+        (pdb,) = [
+            b
+            for b in budgets
+            if b["metadata"]["namespace"] == dep["metadata"]["namespace"]
+            and b["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        ]
+        assert pdb["spec"] == {"maxUnavailable": 1, "selector": pdb["spec"]["selector"]}
+        assert dep["spec"]["replicas"] >= 2, dep["metadata"]["name"]  # one stays
+    assert len(budgets) == len([o for o in objs if o["kind"] == "Deployment"])
+
+
+def test_the_prometheus_operator_component_scrapes_both_and_carries_the_alerts(
+    tmp_path: Path,
+) -> None:
+    """components/prometheus-operator on top of an overlay: a ServiceMonitor per metrics
+    Service (same namespace, a port the Service names), and a PrometheusRule whose groups
+    are deploy/monitoring/alerts.yaml's, unchanged."""
+    rel = os.path.relpath(DEPLOY, tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(
+        f"resources:\n- {rel}/overlays/in-cluster-temporal\n"
+        f"components:\n- {rel}/components/prometheus-operator\n"
+    )
+    done = subprocess.run(
+        [str(kustomize_bin()), "build", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    objs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    services = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Service"}
+    monitors = [o for o in objs if o["kind"] == "ServiceMonitor"]
+    assert len(monitors) == 2
+    for sm in monitors:
+        assert sm["metadata"]["namespace"] == PRODUCT_NS
+        sel = sm["spec"]["selector"]["matchLabels"]
+        (svc,) = [s for s in services.values() if sel.items() <= s["metadata"]["labels"].items()]
+        ports = {p["name"] for p in svc["spec"]["ports"]}
+        assert {e["port"] for e in sm["spec"]["endpoints"]} <= ports, svc["metadata"]["name"]
+    (rule,) = [o for o in objs if o["kind"] == "PrometheusRule"]
+    assert rule["metadata"]["namespace"] == PRODUCT_NS
+    alerts = yaml.safe_load((DEPLOY / "monitoring" / "alerts.yaml").read_text())
+    assert rule["spec"]["groups"] == alerts["groups"], "copy alerts.yaml's groups into it"
