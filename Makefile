@@ -5,7 +5,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: chaos venv bins demo test lint bench clean constraints
+.PHONY: install-yaml chaos venv bins demo test lint bench clean constraints
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -45,6 +45,13 @@ bench: venv bins
 CHAOS ?= --seed 1 --minutes 15 --deployments 12
 chaos: venv bins
 	$(BIN)/python -m chaos $(CHAOS)
+
+# One rendered manifest per overlay (dist/install-<overlay>.yaml), for a release's assets:
+#   kubectl apply --server-side -f dist/install-in-cluster-temporal.yaml
+install-yaml: bins
+	mkdir -p dist
+	set -e; k=$$(bash testbed/build_kustomize.sh); for o in deploy/overlays/*/; do \
+	  $$k build $$o > dist/install-$$(basename $$o).yaml; done; ls dist
 
 # Re-pin every distribution after a dependency change in pyproject.toml.
 constraints:
