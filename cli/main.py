@@ -89,6 +89,10 @@ def new_retry_token(now: datetime | None = None) -> str:
     return f"cli-{(now or datetime.now(UTC)):%Y%m%dT%H%M%SZ}-{secrets.token_hex(4)}"
 
 
+#: How long ``status`` waits for the state by default (a query waits for a worker).
+STATUS_TIMEOUT_S = 30.0
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser."""
     invoked = os.path.basename(sys.argv[0]) if sys.argv else ""
@@ -117,6 +121,13 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", help="one retirement as a readable page, or -o json|yaml")
     s.add_argument("ref")
     s.add_argument("-o", "--output", choices=["page", "json", "yaml"], default="page")
+    s.add_argument(
+        "--timeout",
+        type=float,
+        default=STATUS_TIMEOUT_S,
+        help=f"give up after this many seconds (exit 1; default {STATUS_TIMEOUT_S:g}: a"
+        " running retirement's state needs a worker to answer)",
+    )
     wt = sub.add_parser("watch", help="live progress until the retirement ends or holds")
     wt.add_argument("ref")
     wt.add_argument("--interval", type=float, default=1.0, help="seconds between reads")
@@ -459,6 +470,9 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
             raise UsageError("--interval must be positive")
         if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
             raise UsageError("--timeout must be a positive, finite number of seconds")
+    elif args.command == "status":
+        if not (math.isfinite(args.timeout) and args.timeout > 0):
+            raise UsageError("--timeout must be a positive, finite number of seconds")
     elif args.command == "abort":
         abort_req = _validated(lambda: AbortRequest(reason=args.reason))
     elif args.command == "retry":
@@ -485,7 +499,14 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
     retirements = Retirements(await connect(connection))
     try:
         if args.command == "status":
-            st = await _read(retirements, wid)
+            try:
+                st = await asyncio.wait_for(_read(retirements, wid), args.timeout)
+            except TimeoutError:
+                _error(
+                    f"status: {wid} gave no answer within --timeout {args.timeout:g} s"
+                    f" (is a worker polling task queue {args.task_queue!r}?)"
+                )
+                return 1
             out = args.output
             print(render.page(st, datetime.now(UTC)) if out == "page" else render.machine(st, out))
         elif args.command == "watch":

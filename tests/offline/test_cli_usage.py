@@ -5,9 +5,11 @@ FakeTemporal, handed to the CLI through its ``connect`` seam."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 import re
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -296,3 +298,20 @@ def test_the_current_namespace_comes_from_the_kubeconfig_context(
     assert context_namespace() == "default"
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
     assert context_namespace() == "default"
+
+
+def test_status_gives_up_after_its_timeout(
+    connects: list[Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def never(*_: Any) -> Any:
+        await asyncio.sleep(60)
+
+    monkeypatch.setattr(cli.main, "_read", never)
+    t0 = time.monotonic()
+    assert run_cli(["status", "demo/llama", "--timeout", "0.2"]) == 1
+    assert time.monotonic() - t0 < 5
+    err = capsys.readouterr().err
+    assert err.startswith(f"retire: status: {WID} gave no answer within --timeout 0.2 s")
+    for bad in ("0", "-1", "nan", "inf"):
+        assert run_cli(["status", "demo/llama", "--timeout", bad]) == 2
+        assert "--timeout must be a positive, finite number" in capsys.readouterr().err

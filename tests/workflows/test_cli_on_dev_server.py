@@ -222,6 +222,10 @@ async def test_list_as_json_limited_and_watch_with_a_timeout(
     )
     assert code == 1 and time.monotonic() - t0 < 10
     assert "still runs after --timeout 1 s" in capsys.readouterr().err
+    t0 = time.monotonic()  # no worker answers the state query: status gives up on time
+    assert await asyncio.to_thread(cli, dev_env, "status", ref, "--timeout", "1") == 1
+    assert time.monotonic() - t0 < 10
+    assert "gave no answer within --timeout 1 s" in capsys.readouterr().err
     await orphan.terminate("test over")
 
 
