@@ -5,7 +5,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: install-yaml chaos venv bins demo test lint bench clean constraints
+.PHONY: ui-pictures install-yaml chaos venv bins demo test lint bench clean constraints
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -45,6 +45,15 @@ bench: venv bins
 CHAOS ?= --seed 1 --minutes 15 --deployments 12
 chaos: venv bins
 	$(BIN)/python -m chaos $(CHAOS)
+
+# Pictures of the real Temporal UI for docs/operating.md (docs/img/ui-*.png): the demo
+# without its own retirement, then testbed/ui_story.py drives two retirements and headless
+# Chromium photographs them (the Debian package, installed when absent).
+ui-pictures: venv bins
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+	mkdir -p .bed; $(BIN)/python -m testbed demo --no-retire > .bed/ui-demo.log 2>&1 & demo=$$!; \
+	  for i in $$(seq 240); do grep -q "everything keeps running" .bed/ui-demo.log && break; sleep 1; done; \
+	  $(BIN)/python -m testbed.ui_story; status=$$?; kill -INT $$demo; wait $$demo; exit $$status
 
 # One rendered manifest per overlay (dist/install-<overlay>.yaml), for a release's assets:
 #   kubectl apply --server-side -f dist/install-in-cluster-temporal.yaml

@@ -82,13 +82,19 @@ class Audit:
 
     def declared(self, namespace: str, name: str, at: float) -> dict[str, int] | None:
         """The replicas per role the spec declared at ``at`` (None: no such deployment
-        then). The last write received before ``at`` counts."""
-        last: dict[str, int] | None = None
+        then). The last write stored before ``at`` counts."""
+        return self.declared_since(namespace, name, at)[0]
+
+    def declared_since(
+        self, namespace: str, name: str, at: float
+    ) -> tuple[dict[str, int] | None, float]:
+        """``declared`` and since when (the write's time; 0 when there was none)."""
+        last: tuple[dict[str, int] | None, float] = (None, 0.0)
         for w in self.specs:
             if w.at > at:
                 break
             if (w.namespace, w.name) == (namespace, name):
-                last = w.replicas
+                last = (w.replicas, w.at)
         return last
 
 
@@ -146,6 +152,8 @@ def read(lines: Iterable[str]) -> Audit:
                 )
             )
         elif resource == "modeldeployments" and not sub and 200 <= code < 300:
+            # A spec write counts from when it was stored (the answer), not received.
+            at = _when(ev.get("stageTimestamp") or ev["requestReceivedTimestamp"])
             obj = ev.get("responseObject") or {}
             gone = ev.get("verb") == "delete"
             specs.append(

@@ -16,6 +16,7 @@ import random
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,8 +83,31 @@ def start_watcher(bed: Bed, target: str, n: int, namespace: str, routerless: str
         resync_s=10.0,
         extra=("--routerless-policy", routerless),
     )
-    wait_until("watcher ready", lambda: "caches synced" in child.log_tail(), timeout=60)
+    try:
+        wait_until("watcher ready", lambda: "caches synced" in child.log_tail(), timeout=60)
+    except BaseException:
+        child.stop(timeout=5)  # never leave a process that nothing refers to
+        raise
     return child
+
+
+async def restarted(start: Callable[[], Child], what: str, *, within_s: float = 180) -> Child:
+    """Start a process again until it comes up (as a kubelet restarts a container that
+    fails: a worker cannot start while Temporal is down, for example)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return await asyncio.to_thread(start)
+        except Exception as e:
+            if time.monotonic() >= deadline:
+                raise
+            say(f"{what} did not come up ({type(e).__name__}); starting it again")
+            await asyncio.sleep(3)
+
+
+def deployment_of(workflow_id: str) -> str:
+    """The deployment of a retirement's workflow ID (``retirement/<ns>/<deployment>``)."""
+    return workflow_id.rsplit("/", 1)[-1]
 
 
 @dataclass
@@ -106,6 +130,7 @@ class Run:
     restarts: int = 0
     replicas: dict[str, int] = field(default_factory=dict)  #: as last declared
     routerless: str = "quiet-window"  #: the watcher's --routerless-policy
+    state_dir: Path = Path(".")  #: the campaign's own files (the dev server's logs, db)
     dev: Child | None = None  #: the Temporal dev server (killed and restarted by a fault)
     dev_cfg: TemporalDevConfig | None = None
     rng: random.Random = field(default_factory=random.Random)
@@ -190,18 +215,22 @@ class Run:
             return  # plain mode: no product process to kill
         t0 = time.time()
         self.worker.kill()
-        await asyncio.sleep(a.value)
-        self.worker = await asyncio.to_thread(self.start_worker)
-        self.faults.append(Fault("kill-worker", t0, time.time(), "*"))
+        try:
+            await asyncio.sleep(a.value)
+            self.worker = await restarted(self.start_worker, "the worker")
+        finally:
+            self.faults.append(Fault("kill-worker", t0, time.time(), "*"))
 
     async def _kill_watcher(self, a: Action) -> None:
         if self.watcher is None:
             return
         t0 = time.time()
         self.watcher.kill()
-        await asyncio.sleep(a.value)
-        self.watcher = await asyncio.to_thread(self.start_watcher)
-        self.faults.append(Fault("kill-watcher", t0, time.time(), "*"))
+        try:
+            await asyncio.sleep(a.value)
+            self.watcher = await restarted(self.start_watcher, "the watcher")
+        finally:
+            self.faults.append(Fault("kill-watcher", t0, time.time(), "*"))
 
     async def _kill_router(self, a: Action) -> None:
         dep = next(d for d in self.plan.deployments if d.name == a.target)
@@ -223,12 +252,11 @@ class Run:
         self.dev.kill()
         await asyncio.sleep(a.value)
         cfg = self.dev_cfg
+        self.restarts += 1
+        logs = self.state_dir / "logs" / f"temporal-{self.restarts}"
         try:
-            self.dev = await asyncio.to_thread(
-                start_dev_server, cfg, log_dir=self.bed.state_dir / "logs" / f"t{self.restarts}"
-            )
+            self.dev = await restarted(lambda: start_dev_server(cfg, log_dir=logs), "Temporal")
         finally:
-            self.restarts += 1
             self.faults.append(Fault("kill-temporal", t0, time.time(), "*"))
 
     def _engines_of(self, deployment: str) -> list[str]:
@@ -304,7 +332,9 @@ class Run:
     async def _relabel(self, a: Action) -> None:
         """A person puts the eligibility label back on the deployment's unlabelled Pods."""
         pods = await asyncio.to_thread(
-            self.core.list_namespaced_pod, self.ns, label_selector=f"{LABEL_INSTANCE}={a.target}"
+            self.core.list_namespaced_pod,
+            self.ns,
+            label_selector=f"{LABEL_INSTANCE}={a.target},{LABEL_ORDINAL}",  # members only
         )
         t0 = time.time()
         for p in pods.items:
@@ -323,12 +353,17 @@ class Run:
         query = QUERY + (" AND ExecutionStatus = 'Running'" if running_only else "")
         out = []
         async for wf in self.temporal.list_workflows(query):
-            handle = self.temporal.get_workflow_handle(wf.id, run_id=wf.run_id)
+            handle = self.temporal.get_workflow_handle(
+                wf.id, run_id=wf.run_id, result_type=RetirementState
+            )
             st: RetirementState | None = None
             with contextlib.suppress(Exception):
-                st = await asyncio.wait_for(
-                    handle.query("state", result_type=RetirementState), timeout=20
-                )
+                if wf.status == WorkflowExecutionStatus.RUNNING:  # a query: a worker answers
+                    st = await asyncio.wait_for(
+                        handle.query("state", result_type=RetirementState), timeout=20
+                    )
+                else:  # an ended run's state is its result (continued-as-new: none)
+                    st = await asyncio.wait_for(handle.result(follow_runs=False), timeout=20)
             out.append((wf, st))
         return out
 
@@ -379,8 +414,8 @@ class Run:
         """Running retirements per deployment, and how many of them the router-less hold
         policy holds (held, its reason naming the policy)."""
         counts: dict[str, tuple[int, int]] = {}
-        for _wf, st in await self.retirements(running_only=True):
-            name = st.request.deployment if st else "?"
+        for wf, st in await self.retirements(running_only=True):
+            name = deployment_of(wf.id)  # known whether or not its state could be read
             by_policy = (
                 st is not None
                 and st.outcome is Outcome.ABORTED
@@ -486,6 +521,7 @@ async def campaign(
             replicas={d.name: 2 for d in plan.deployments},
             dev=dev,
             dev_cfg=cfg,
+            state_dir=state_dir,
             rng=random.Random(plan.seed),
         )
         for d in plan.deployments:
@@ -541,6 +577,17 @@ async def campaign(
             failures=failures,
             settled=settled,
             agent=WORKER_AGENT if product else PLAIN_AGENT,
+            deployments=[d.name for d in plan.deployments],
+            completed=sum(
+                1
+                for _wf, st in states
+                if st is not None and st.outcome in (Outcome.COMPLETED, Outcome.COMPLETED_UNSETTLED)
+            ),
+            unreadable=[
+                wf.id
+                for wf, st in states
+                if st is None and wf.status != WorkflowExecutionStatus.CONTINUED_AS_NEW
+            ],
         )
         outcomes: dict[str, int] = {}
         for _wf, st in states:

@@ -28,6 +28,10 @@ from chaos.audit import WORKER_AGENT, Audit, PodDelete
 #: /metrics answers garbage must cost no request.
 ON_PATH = frozenset({"kill-router", "restart-engine", "delete-pod"})
 
+#: A spec write stored this close before a delete raced the product's last re-read of the
+#: spec (``race``: reported beside the verdict, not a broken invariant).
+RACE_S = 0.5
+
 #: Seconds after an injected fault during which a client failure is still its doing (a
 #: router restarts and re-learns its workers; a retried stream ends).
 FAULT_GRACE_S = 15.0
@@ -92,6 +96,8 @@ class Verdict:
 
     checked: dict[str, int]  #: invariant -> cases checked
     violations: list[Violation]
+    #: Reported, not broken: a scale-up that raced a delete (``RACE_S``).
+    races: list[Violation] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -107,8 +113,10 @@ def in_flight_at_delete(
     d: PodDelete, journal: Journal | None, *, window_s: float
 ) -> Violation | None:
     """Invariant 1 for one delete."""
-    if journal is None:
-        return None  # no engine ever ran for this Pod (it never became ready)
+    if journal is None:  # the journal is the only witness: without it, nothing is proven
+        return Violation(
+            "in-flight", f"{d.namespace}/{d.name} ({d.uid})", "no engine journal: cannot judge"
+        )
     busy = [a for a in journal.open if a <= d.at]
     busy += [a for a, e, _ok in journal.ended if a <= d.at < e]
     if busy:
@@ -138,15 +146,19 @@ def admitted_delete(d: PodDelete, audit: Audit, admitted_uids: set[str]) -> Viol
         )
     if d.uid not in admitted_uids:
         return Violation("admitted", subject, "no retirement admitted this Pod UID")
-    declared = audit.declared(d.namespace, d.deployment, d.at)
+    declared, since = audit.declared_since(d.namespace, d.deployment, d.at)
     if d.ordinal is None:
         return Violation("admitted", subject, "the deleted Pod carried no ordinal label")
     if declared is not None and d.ordinal < declared.get(d.role, 0):
+        # A scale-up stored in the last moment before the delete raced the product's final
+        # re-read of the spec: no delete can be made conditional on the ModelDeployment, so
+        # it is reported, not counted as broken.
+        kind = "race" if d.at - since < RACE_S else "admitted"
         return Violation(
-            "admitted",
+            kind,
             subject,
-            f"at {d.at:.3f} the spec declared {d.role} replicas={declared.get(d.role)}, "
-            f"which includes ordinal {d.ordinal}",
+            f"at {d.at:.3f} the spec declared {d.role} replicas={declared.get(d.role)} "
+            f"(stored {d.at - since:.3f} s before), which includes ordinal {d.ordinal}",
         )
     return None
 
@@ -180,6 +192,22 @@ def converged(s: Settled) -> Violation | None:
     )
 
 
+def evidence(audit: Audit, deployments: list[str], completed: int, judged: int) -> list[Violation]:
+    """The witnesses themselves: the audit log holds every deployment's creation, and
+    completed retirements left deletes in it."""
+    created = {w.name for w in audit.specs if w.replicas is not None}
+    out = [
+        Violation("evidence", name, "the audit log holds no write of this deployment")
+        for name in deployments
+        if name not in created
+    ]
+    if completed and not judged:
+        out.append(
+            Violation("evidence", "*", f"{completed} retirement(s) completed, no delete judged")
+        )
+    return out
+
+
 def judge(
     *,
     audit: Audit,
@@ -190,21 +218,30 @@ def judge(
     settled: list[Settled],
     window_s: float = 1.0,
     agent: str = WORKER_AGENT,
+    deployments: list[str] | None = None,
+    completed: int = 0,
+    unreadable: list[str] | None = None,
 ) -> Verdict:
     """Check every invariant over the whole run; the deletes judged are those sent by
-    ``agent`` (a User-Agent prefix: the product's worker, or a baseline's)."""
+    ``agent`` (a User-Agent prefix: the product's worker, or a baseline's).  ``evidence``
+    fails when the witnesses cannot be trusted: a deployment whose creation the audit log
+    does not hold (the log is not this run's), retirements that ``completed`` without one
+    delete judged, or retirement states that could not be read (``unreadable``)."""
     product = [d for d in audit.deletes if d.agent.startswith(agent)]
-    out: list[Violation | None] = []
+    out: list[Violation | None] = [*evidence(audit, deployments or [], completed, len(product))]
+    out += [Violation("evidence", wid, "its state could not be read") for wid in unreadable or []]
     out += [in_flight_at_delete(d, journals.get(d.hub_name), window_s=window_s) for d in product]
     out += [admitted_delete(d, audit, admitted_uids) for d in product]
     out += [attributed(f, faults) for f in failures]
     out += [converged(s) for s in settled]
     return Verdict(
         checked={
+            "evidence": len(deployments or []) + 1 + len(unreadable or []),
             "in-flight": len(product),
             "admitted": len(product),
             "attributed": len(failures),
             "converged": len(settled),
         },
-        violations=[v for v in out if v is not None],
+        violations=[v for v in out if v is not None and v.invariant != "race"],
+        races=[v for v in out if v is not None and v.invariant == "race"],
     )

@@ -34,6 +34,7 @@ def text(r: dict[str, Any]) -> str:
         bad = v.failed(inv)
         lines.append(f"  {'FAIL' if bad else 'pass'}  {inv:<11} {n} checked, {len(bad)} broken")
         lines += [f"        {b.subject}: {b.evidence}" for b in bad[:20]]
+    lines += [f"  race (reported, not broken): {b.subject}: {b.evidence}" for b in v.races]
     lines.append("VERDICT: " + ("every invariant holds" if v.ok else "INVARIANTS BROKEN"))
     return "\n".join(lines)
 
@@ -47,6 +48,7 @@ def save(r: dict[str, Any], directory: Path) -> Path:
         "ok": v.ok,
         "checked": v.checked,
         "violations": [x.__dict__ for x in v.violations],
+        "races": [x.__dict__ for x in v.races],
     }
     path = directory / "report.json"
     path.write_text(json.dumps(data, indent=1, default=str))

@@ -439,10 +439,12 @@ async def run(args: argparse.Namespace, *, connection: ConnectionSettings) -> in
     try:
         namespace = namespace_flag(args.k8s_namespace)
         if args.command == "list" and args.scope is not None:  # the old spelling of -n
+            if namespace is not None and namespace != args.scope:
+                raise RefError(f"--in {args.scope!r} and -n {namespace!r} disagree: give one")
             namespace = namespace_flag(args.scope)
         if args.command == "list":
             if args.all_namespaces and namespace is not None:
-                raise RefError("-A and -n name different scopes: give one")
+                raise RefError("-A (every namespace) and -n (one) disagree: give one")
             scope = None if args.all_namespaces else namespace or context_namespace()
         else:
             ns, md = resolve_ref(args.ref, namespace, context_namespace)
@@ -605,6 +607,10 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     if args.command == "completion":  # needs no connection
+        # For the `retire` command even when run as `kubectl retire`: a script bound to
+        # "kubectl" would replace kubectl's own completion (kubectl_complete-retire serves
+        # the plugin).
+        p.prog = "retire"
         print(script(p, args.shell))
         return 0
     try:

@@ -187,6 +187,12 @@ def start_dev_server(cfg: TemporalDevConfig, *, log_dir: Path) -> Child:
         argv=[str(venv_bin("temporal")), *dev_server_args(cfg)],
         log_path=log_dir / "temporal.log",
     )
-    wait_until("temporal frontend", lambda: port_open(cfg.host, cfg.port), timeout=60, child=child)
-    wait_until("temporal ui", lambda: ui_ok(cfg), timeout=60, child=child)
+    try:
+        wait_until(
+            "temporal frontend", lambda: port_open(cfg.host, cfg.port), timeout=60, child=child
+        )
+        wait_until("temporal ui", lambda: ui_ok(cfg), timeout=60, child=child)
+    except BaseException:
+        child.stop(timeout=5)  # never leave a process that nothing refers to
+        raise
     return child

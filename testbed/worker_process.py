@@ -37,5 +37,11 @@ def start_worker_process(
         log_path=bed.state_dir / "logs" / f"worker-{tag}.log",
         env=env,
     )
-    wait_until("worker polling", lambda: "task queue" in child.log_tail(), timeout=60, child=child)
+    try:
+        wait_until(
+            "worker polling", lambda: "task queue" in child.log_tail(), timeout=60, child=child
+        )
+    except BaseException:
+        child.stop(timeout=5)  # never leave a process that nothing refers to
+        raise
     return child

@@ -32,7 +32,7 @@ MESSAGES: dict[str, str] = {
     "status-bad-name": f"retire: 'Demo' {_REF}",
     "status-n-contradicts": "retire: 'demo/llm' is in namespace 'demo', but -n says 'other'",
     "status-bad-n": "retire: -n 'Bad_ns' is not a Kubernetes namespace name",
-    "list-A-and-n": "retire: -A and -n name different scopes: give one",
+    "list-A-and-n": "retire: -A (every namespace) and -n (one) disagree: give one",
     "list-bad-n": "retire: -n 'x/y' is not a Kubernetes namespace name",
     "status-empty-md": f"retire: 'demo/' {_REF}",
     "status-empty-ns": f"retire: '/llm' {_REF}",

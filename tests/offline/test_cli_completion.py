@@ -92,3 +92,15 @@ def test_kubectl_complete_retire_speaks_kubectls_protocol() -> None:
         cwd=REPO_ROOT,
     )
     assert done.stdout.splitlines() == ["json", "table", "yaml", f":{NO_FILE_COMPLETION}"]
+
+
+def test_the_script_is_for_retire_even_under_the_kubectl_name(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A script bound to "kubectl retire" would take over kubectl's own completion."""
+    import cli.main
+
+    monkeypatch.setattr(sys, "argv", ["/usr/local/bin/kubectl-retire"])
+    assert cli.main.main(["completion", "bash"]) == 0
+    out = capsys.readouterr().out
+    assert "complete -o bashdefault -F _shtab_retire retire" in out and "kubectl" not in out

@@ -148,7 +148,11 @@ def test_requests_done_before_the_window_and_after_the_delete_are_fine() -> None
     d = one_delete(delete_event())
     journal = Journal([(T - 9, T - 2, True), (T + 1, T + 2, False)], open=[T + 3])
     assert in_flight_at_delete(d, journal, window_s=1) is None
-    assert in_flight_at_delete(d, None, window_s=1) is None  # no engine ever ran
+
+
+def test_a_delete_without_a_journal_cannot_pass() -> None:
+    v = in_flight_at_delete(one_delete(delete_event()), None, window_s=1)
+    assert v is not None and "no engine journal" in v.evidence
 
 
 # ---------------------------------------------------------------- 2: admitted
@@ -215,7 +219,13 @@ def test_judge_checks_only_the_workers_deletes_and_collects_every_violation() ->
         failures=[ClientFailure("c00", T, T + 1, "HTTP 502")],
         settled=[Settled("c00", 2, 2, 2, 0)],
     )
-    assert v.checked == {"in-flight": 1, "admitted": 1, "attributed": 1, "converged": 1}
+    assert v.checked == {
+        "evidence": 1,
+        "in-flight": 1,
+        "admitted": 1,
+        "attributed": 1,
+        "converged": 1,
+    }
     assert sorted(x.invariant for x in v.violations) == ["admitted", "attributed", "in-flight"]
     assert not v.ok
 
@@ -242,3 +252,49 @@ def test_a_replica_held_by_the_routerless_hold_policy_counts_as_converged() -> N
     assert converged(Settled("c03", 1, 2, 2, 1, held_by_policy=1)) is None
     assert converged(Settled("c03", 1, 2, 1, 1, held_by_policy=1)) is not None  # not serving
     assert converged(Settled("c03", 1, 2, 2, 2, held_by_policy=1)) is not None  # another runs
+
+
+def spec_stored(received: float, stored: float, replicas: int) -> str:
+    ev = json.loads(spec_event(received, replicas))
+    ev["stageTimestamp"] = stamp(stored)
+    return json.dumps(ev)
+
+
+def test_a_spec_write_counts_from_when_it_was_stored() -> None:
+    a = audit.read([spec_event(T - 9, 1), spec_stored(T - 0.2, T + 0.1, 2)])
+    assert a.declared("chaos", "c00", T) == {"server": 1}  # received before, stored after
+
+
+def test_a_scale_up_stored_just_before_the_delete_is_a_race_not_a_violation() -> None:
+    a = audit.read([spec_event(T - 9, 1), spec_stored(T - 0.4, T - 0.3, 2), delete_event()])
+    v = judge(
+        audit=a,
+        journals={"c00-server-1.0f1e2d3c": Journal([(T - 5, T - 3, True)])},
+        admitted_uids={UID},
+        faults=[],
+        failures=[],
+        settled=[],
+    )
+    assert v.ok and [r.invariant for r in v.races] == ["race"]
+    late = audit.read([spec_event(T - 9, 1), spec_stored(T - 3, T - 2, 2), delete_event()])
+    assert admitted_delete(late.deletes[0], late, {UID}) is not None  # 2 s: the product's miss
+
+
+def test_the_evidence_must_be_there() -> None:
+    a = audit.read([spec_event(T - 9, 2, "create")])
+    v = judge(
+        audit=a,
+        journals={},
+        admitted_uids=set(),
+        faults=[],
+        failures=[],
+        settled=[],
+        deployments=["c00", "c01"],
+        completed=3,
+        unreadable=["retirement/chaos/c00"],
+    )
+    assert sorted(x.subject for x in v.failed("evidence")) == [
+        "*",
+        "c01",
+        "retirement/chaos/c00",
+    ]
