@@ -6,7 +6,6 @@ reads one candidate per line, then ``:<directive>``)."""
 from __future__ import annotations
 
 import argparse
-import sys
 
 import shtab
 
@@ -58,12 +57,3 @@ def candidates(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
     if current is parser:
         return sorted(name for name in subcommands if name.startswith(typing))
     return []
-
-
-def kubectl_entry() -> None:
-    """``kubectl_complete-retire``: print the candidates and the directive."""
-    from cli.main import parser
-
-    for word in candidates(parser(), sys.argv[1:]):
-        print(word)
-    print(f":{NO_FILE_COMPLETION}")

@@ -50,7 +50,7 @@ from temporalio.client import (
 from temporalio.service import RPCError
 
 from cli import render
-from cli.complete import SHELLS, script
+from cli.complete import NO_FILE_COMPLETION, SHELLS, candidates, script
 from cli.kubens import RefError, context_namespace, namespace_flag, resolve_ref
 from cli.setup import SetupConflict, register_search_attributes
 from connection.client import connect
@@ -628,6 +628,14 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, RuntimeError) as e:
         _error(f"cannot reach Temporal at {connection.address}: {e}")
         return 1
+
+
+def kubectl_complete() -> None:
+    """``kubectl_complete-retire``: kubectl's plugin completion (the words typed so far in,
+    one candidate per line and ``:<directive>`` out)."""
+    for word in candidates(parser(), sys.argv[1:]):
+        print(word)
+    print(f":{NO_FILE_COMPLETION}")
 
 
 def entry() -> None:

@@ -78,13 +78,13 @@ def test_every_shell_gets_a_script_without_a_connection(shell: str) -> None:
 
 def test_kubectl_complete_retire_speaks_kubectls_protocol() -> None:
     scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["kubectl_complete-retire"] == "cli.complete:kubectl_entry"
+    assert scripts["kubectl_complete-retire"] == "cli.main:kubectl_complete"
     done = subprocess.run(
         [
             sys.executable,
             "-c",
-            "import sys; from cli.complete import kubectl_entry;"
-            " sys.argv = ['kubectl_complete-retire', 'list', '-o', '']; kubectl_entry()",
+            "import sys; from cli.main import kubectl_complete;"
+            " sys.argv = ['kubectl_complete-retire', 'list', '-o', '']; kubectl_complete()",
         ],
         capture_output=True,
         text=True,

@@ -129,7 +129,7 @@ def test_list_prints_the_row_when_its_query_fails(
 
     monkeypatch.setattr(fake, "list_workflows", listed)
     fake.fail("query", error)
-    assert cli.main.main(["list"]) == 0
+    assert cli.main.main(["list", "-A"]) == 0
     out, err = capsys.readouterr()
     assert err == ""
     row = out.splitlines()[1].split()
