@@ -38,7 +38,9 @@ def capture(
     exe = shutil.which("chromium") or CHROMIUM
     out.parent.mkdir(parents=True, exist_ok=True)
     port = _free_port()
-    with tempfile.TemporaryDirectory(prefix="retire-chromium-") as profile:
+    with tempfile.TemporaryDirectory(
+        prefix="retire-chromium-", ignore_cleanup_errors=True
+    ) as profile:
         browser = subprocess.Popen(
             [
                 exe,
