@@ -35,7 +35,6 @@ import secrets
 import sys
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from importlib import metadata
 from typing import Any
 
 from pydantic import ValidationError
@@ -57,6 +56,7 @@ from connection.client import connect
 from connection.errors import ConnectionConfigError
 from connection.flags import ConnectionFlags, add_connection_flags, add_task_queue_flag
 from connection.settings import ConnectionSettings, resolve
+from kube.client import package_version
 from retirement.budgets import Budgets
 from retirement.models import (
     AbortRequest,
@@ -77,10 +77,7 @@ class UsageError(Exception):
 
 def version() -> str:
     """The installed package's version, or ``unknown`` when it runs from a bare tree."""
-    try:
-        return metadata.version("llm-retire")
-    except metadata.PackageNotFoundError:
-        return "unknown"
+    return package_version()
 
 
 def new_retry_token(now: datetime | None = None) -> str:

@@ -81,7 +81,7 @@ class Kube:
         cfg.proxy = None
         cfg.connection_pool_maxsize = connections
         api = client.ApiClient(cfg)
-        api.user_agent = f"{program}/{_version()}"
+        api.user_agent = f"{program}/{package_version()}"
         return cls(api=api, timeout_s=timeout_s)
 
     # The generated clients, for what the interface does not cover (list+watch streams).
@@ -355,8 +355,9 @@ class Kube:
             )
 
 
-def _version() -> str:
-    """The installed package's version (``unknown`` when it runs from a bare tree)."""
+def package_version() -> str:
+    """The installed package's version (``unknown`` when it runs from a bare tree): the
+    User-Agent's and ``retire --version``'s."""
     try:
         return metadata.version("llm-retire")
     except metadata.PackageNotFoundError:

@@ -11,6 +11,7 @@ import json
 import re
 import time
 import tomllib
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -133,9 +134,9 @@ def test_version_prints_the_package_version(
 
 def test_version_is_unknown_without_package_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
     def missing(name: str) -> str:
-        raise cli.main.metadata.PackageNotFoundError(name)
+        raise metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(cli.main.metadata, "version", missing)
+    monkeypatch.setattr(metadata, "version", missing)
     assert cli.main.version() == "unknown"
 
 
