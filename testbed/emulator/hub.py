@@ -127,7 +127,7 @@ class EmulatorHub:
             for name in stale:
                 old = self._pods.pop(name)
                 old.stop()
-                self._departed[name] = old.journal()
+                self._depart(name, old)
             self._on_add(spec)
             emu.start()
             self._pods[spec.name] = emu
@@ -143,9 +143,14 @@ class EmulatorHub:
 
     def _keep_journal(self, name: str, emu: EngineEmulator) -> None:
         with self._lock:
-            self._departed[name] = emu.journal()
-            while len(self._departed) > DEPARTED_MAX:
-                self._departed.pop(next(iter(self._departed)))
+            self._depart(name, emu)
+
+    def _depart(self, name: str, emu: EngineEmulator) -> None:
+        """Keep a removed emulator's journal, the oldest dropped past ``DEPARTED_MAX``
+        (the caller holds the lock)."""
+        self._departed[name] = emu.journal()
+        while len(self._departed) > DEPARTED_MAX:
+            self._departed.pop(next(iter(self._departed)))
 
     def journals(self) -> dict[str, dict[str, Any]]:
         """Every emulator's request journal, the removed ones' included (by hub name)."""
