@@ -136,28 +136,31 @@ def test_a_hostile_python3_cannot_stretch_the_drain_read(
         assert grew < RSS_BOUND, f"read {attempt}: RSS grew {grew / MiB:.0f} MiB"
 
 
-def cpu_ticks(pid: int) -> int:
-    """User and system clock ticks a process has used (0 once it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0
-    return int(fields[11]) + int(fields[12])
+def bytes_read() -> int:
+    """Bytes this process has read so far, sockets included (``rchar`` of /proc/self/io)."""
+    lines = Path("/proc/self/io").read_text().splitlines()
+    return next(int(line.split()[1]) for line in lines if line.startswith("rchar:"))
 
 
-def test_a_flooding_python3_stops_flooding_once_the_read_ends(
+def test_a_flooding_python3_costs_the_worker_nothing_once_the_read_ends(
     bed: Bed, api: client.ApiClient, namespace: str
 ) -> None:
-    """At the cap the websocket is closed and nothing reads the command's output any more:
-    its next write blocks for good (the runtime does not kill an exec'd process when its
-    client goes away: kubernetes/kubernetes#89031, opencontainers/runc#3359; kwok's local
-    exec neither), so it costs no more CPU, and nothing at all on the worker's side."""
+    """At the cap the worker closes the websocket and reads nothing more of the flood.
+
+    What happens to the flooding process is the runtime's business, not the worker's: the
+    runtime does not kill an exec'd process when its client goes away (kubernetes/kubernetes
+    #89031, opencontainers/runc#3359).  Measured on the bed: kwok v0.8.0's exec server keeps
+    draining the process's stdout after the client left, so a hostile ``python3`` floods on
+    (~400 MB/s written, ~10 CPU ticks a second) for as long as its container lives.  An
+    earlier version of this test asserted that it went quiet; it passed while the first
+    seconds happened to be blocked in ``anon_pipe_write`` and failed CI once they were not.
+    The product's own one-shot cannot flood: it prints a bounded summary and exits."""
     name = "hostile-python3-flood-stdout"
     assert HOSTILE_EXECS[name] == "flood-stdout"
     core = client.CoreV1Api(api)
     hostile_pod(core, namespace, name)
     kube = Kube.from_config(kubeconfig=str(bed.cp.kubeconfig), connections=4)
-    before = set(hostile_processes("flood-stdout"))
+    before = bytes_read()
     result = kube.exec_pod(
         namespace=namespace,
         name=name,
@@ -167,9 +170,10 @@ def test_a_flooding_python3_stops_flooding_once_the_read_ends(
         output_cap=OUTPUT_CAP,
     )
     assert result.error == "exec output over its cap", result
-    time.sleep(1)  # what was in flight drains into the pipe
-    ours = set(hostile_processes("flood-stdout")) - before
-    ticks = {pid: cpu_ticks(pid) for pid in ours}
-    time.sleep(2)
-    busy = {pid: cpu_ticks(pid) - t for pid, t in ticks.items() if cpu_ticks(pid) - t > 5}
-    assert not busy, f"still flooding 3 s after the read ended (ticks in 2 s): {busy}"
+    assert bytes_read() - before >= OUTPUT_CAP, "the measure below would not see a flood"
+    time.sleep(1)  # what the socket had buffered is gone with it
+    start = bytes_read()
+    time.sleep(3)
+    grew = bytes_read() - start
+    # The flood runs at hundreds of MB/s; this process's own reads of /proc are bytes.
+    assert grew < 64 * 1024, f"the worker read {grew} bytes in 3 s after its read ended"
