@@ -4,7 +4,10 @@ after), folded into the drain rule until every member is idle twice with unchang
 counters.
 
 Rounds are spaced by ``retirement.drain.next_read_in``: the poll interval while the
-members read idle, nearly idle or incomplete, growing to a bound while they stay busy."""
+members read idle, nearly idle or incomplete, growing to a bound while they stay busy.
+Where the members count exactly, the pause after a busy round waits in the busiest
+member's container for its count to read 0 (``activities.idle_wait``), so the next round
+follows as soon as the engine is idle, not a whole spacing later."""
 
 from __future__ import annotations
 
@@ -14,9 +17,10 @@ import httpx
 
 from activities.fairslots import FairSlots, WorkerSlots
 from activities.fencing import heartbeat
+from activities.idle_wait import IdleWait
 from activities.polling import poll_until, resumed, seconds_left
 from activities.recheck import still_withdrawn
-from activities.sampling import Replaced, sample_member_reads
+from activities.sampling import Replaced, sample_member_reads, wait_slots
 from kube.api import KubeApi
 from retirement.drain import (
     EXACT_IDLE_SPACING_S,
@@ -46,7 +50,13 @@ def drain(api: KubeApi, inp: PhaseInput, *, slots: WorkerSlots | None = None) ->
     ``retirement.drain.next_read_in`` of that round's reads.  ``slots``: the worker's
     exec and poll slots (None: the process's default)."""
     with httpx.Client(trust_env=False, timeout=RECHECK_HTTP_TIMEOUT_S) as http:
-        rounds = DrainRounds(api, inp, http, None if slots is None else slots.execs)
+        rounds = DrainRounds(
+            api,
+            inp,
+            http,
+            None if slots is None else slots.execs,
+            wait_slots() if slots is None else slots.waits,
+        )
         return poll_until(
             deadline=inp.deadline,
             interval=rounds.next_wait,
@@ -54,6 +64,7 @@ def drain(api: KubeApi, inp: PhaseInput, *, slots: WorkerSlots | None = None) ->
             details=rounds.details,
             tenant=inp.target.namespace,
             slots=None if slots is None else slots.polls,
+            pause=rounds.idle_wait.pause,
         )
 
 
@@ -62,7 +73,12 @@ class DrainRounds:
     is derived from (the last round's requests in flight and the wait before it)."""
 
     def __init__(
-        self, api: KubeApi, inp: PhaseInput, http: httpx.Client, execs: FairSlots | None
+        self,
+        api: KubeApi,
+        inp: PhaseInput,
+        http: httpx.Client,
+        execs: FairSlots | None,
+        waits: FairSlots | None = None,
     ) -> None:
         target = inp.target
         self.api, self.inp, self.target = api, inp, target
@@ -82,6 +98,10 @@ class DrainRounds:
         self.in_flight: float | None = None
         self.spacing = inp.poll_interval_s
         self.exact = all(m.exact_load for m in self.members) and bool(self.members)
+        self.idle_wait = IdleWait(api, target, wait_slots() if waits is None else waits)
+        #: The member that held the most requests in the last round (None: none did, or
+        #: not every read was complete): the pause after it waits for that one.
+        self.busiest: str | None = None
 
     def next_wait(self, _: Observation) -> float:
         self.spacing = next_read_in(
@@ -91,6 +111,8 @@ class DrainRounds:
             left_s=seconds_left(self.inp.deadline),
             idle_s=EXACT_IDLE_SPACING_S if self.exact else None,
         )
+        busy = next((m for m in self.members if m.pod == self.busiest), None)
+        self.idle_wait.plan(busy if self.exact else None, self.spacing)
         return self.spacing
 
     def details(self, obs: Observation) -> DrainHeartbeat:
@@ -114,6 +136,7 @@ class DrainRounds:
         rounds = [{k: v[i] for k, v in reads.items()} for i in range(2 if self.exact else 1)]
         samples = rounds[-1]
         self.in_flight = busy_in_flight(target.measured, samples)
+        self.busiest = _busiest(samples) if self.in_flight else None
         readings = {k: _describe(s) for k, s in samples.items()}
         check = still_withdrawn(self.api, target, self.http)  # after the reads: no older
         readings.update(check.readings)
@@ -135,6 +158,13 @@ class DrainRounds:
             readings=readings,
             evidence_at=read_at if verdict is Verdict.VERIFIED else None,
         )
+
+
+def _busiest(samples: dict[str, Sample]) -> str | None:
+    """The member holding the most requests in a round (gauges and exact count)."""
+    load = {pod: s.in_flight + (s.exact or 0) for pod, s in samples.items() if s.complete}
+    pod = max(load, key=lambda p: load[p], default=None)
+    return pod if pod is not None and load[pod] > 0 else None
 
 
 def _describe(s: Sample) -> str:

@@ -133,10 +133,20 @@ class FairSlots:
             waiter.granted.set()
 
 
+#: Waits for idle one worker runs at once (``WorkerSlots.waits``): one per busy member of
+#: a retirement whose engine counts exactly; past it, a busy member's next read is spaced
+#: as it would be without waiting (``retirement.drain.next_read_in``).
+DEFAULT_WAIT_SLOTS = 64
+
+
 @dataclass(frozen=True)
 class WorkerSlots:
     """One worker's bounds, owned by the ``RetirementActivities`` it builds: its exec
-    slots (``activities.sampling``) and its poll slots (``activities.polling``)."""
+    slots (``activities.sampling``), its poll slots (``activities.polling``), and its wait
+    slots (``activities.sampling.wait_for_idle``: execs that wait in the engine's container
+    for its count to read 0; each holds a sleeping process and a websocket, so they are
+    bounded apart from the reads, which each cost a process start and a parse)."""
 
     execs: FairSlots
     polls: FairSlots
+    waits: FairSlots = field(default_factory=lambda: FairSlots(DEFAULT_WAIT_SLOTS))

@@ -154,6 +154,73 @@ SCRIPT = PARSER + _MAIN.replace("%(timeout)s", repr(HTTP_TIMEOUT_S)).replace(
 ).replace("%(spacing)s", repr(TWICE_SPACING_S))
 
 
+#: How often the wait one-shot asks the engine for its count (seconds): a member that goes
+#: idle is noticed within this, for one small local GET each time.
+WAIT_POLL_S = 0.25
+#: The longest wait one exec may be asked for (seconds).
+MAX_WAIT_S = 60.0
+
+#: The wait one-shot (``wait_command``): no evidence, only a trigger.  It asks the engine for
+#: its request-level count (``GET /load``, on loopback, 2 s timeout, 4 KiB cap) every
+#: ``WAIT_POLL_S`` until the count is 0 or the wait is over, then prints one line and exits:
+#: ``#idle<TAB>seconds waited``, ``#busy<TAB>last count``, or ``#error<TAB>reason``.  Its
+#: caller then reads the member as it always does (``SCRIPT``): the proof is unchanged, it
+#: only comes sooner after the engine goes idle than a read spaced for a busy engine would.
+WAIT_SCRIPT = (
+    r"""
+import sys, time, json, http.client
+def done(line):
+    print(line, flush=True); sys.exit(0)
+try:
+    port = int(sys.argv[1]); scheme = sys.argv[2]; wait = float(sys.argv[3])
+except (IndexError, ValueError):
+    done("#error\tbad arguments")
+if not 0 < port < 65536 or scheme not in ("http", "https") or not 0 < wait <= %(max)s:
+    done("#error\tbad arguments")
+def count():
+    try:
+        if scheme == "https":
+            import ssl
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=%(timeout)s, context=ctx)
+        else:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=%(timeout)s)
+        conn.request("GET", "/load", headers={"Accept": "application/json"})
+        resp = conn.getresponse()
+        body = resp.read(4097)
+        conn.close()
+        n = json.loads(body)["server_load"] if resp.status == 200 and len(body) <= 4096 else None
+    except Exception:
+        return None
+    return n if type(n) is int and n >= 0 else None
+start = time.monotonic()
+while True:
+    n = count()
+    if n is None:
+        done("#error\tGET /load answered no count")
+    if n == 0:
+        done("#idle\t%%.3f" %% (time.monotonic() - start))
+    left = start + wait - time.monotonic()
+    if left <= 0:
+        done("#busy\t%%d" %% n)
+    time.sleep(min(%(poll)s, left))
+""".replace("%(max)s", repr(MAX_WAIT_S))
+    .replace("%(timeout)s", repr(HTTP_TIMEOUT_S))
+    .replace("%(poll)s", repr(WAIT_POLL_S))
+    .replace("%%", "%")
+)
+
+
+def wait_command(*, port: int, scheme: str, wait_s: float) -> list[str]:
+    """The wait one-shot's argv (``WAIT_SCRIPT``): wait up to ``wait_s`` seconds (at most
+    ``MAX_WAIT_S``) for the engine's request-level count to be 0."""
+    if scheme not in SCHEMES or not 0 < port < 65536 or not 0 < wait_s <= MAX_WAIT_S:
+        raise ValueError("bad wait arguments")
+    return ["python3", "-c", WAIT_SCRIPT, str(port), scheme, f"{wait_s:.3f}"]
+
+
 def valid_port(raw: str | None) -> int:
     """The ``prometheus.io/port`` annotation as a port number, or ValueError saying why."""
     if raw is None:

@@ -50,13 +50,17 @@ def poll_until(
     details: Callable[[Observation], Any] = lambda obs: obs,
     tenant: str = "",
     slots: FairSlots | None = None,
+    pause: Callable[[float, Any], None] | None = None,
 ) -> Observation:
     """Run ``once`` every ``interval`` seconds until it answers VERIFIED or FAILED, or the
     deadline passes (then the last UNKNOWN is returned, with the attempt's queue lag in its
     reason when it is material: ``late_start``).  ``interval`` may be a function of the
     last observation (the drain spaces its reads adaptively).  ``tenant`` (the target's
     namespace) is whose share of the poll ``slots`` (None: the process's default) a poll
-    takes.  Cancellation raises."""
+    takes.  ``pause(seconds, details)`` waits between polls instead of
+    ``wait_heartbeating`` (it may end sooner, when what it waits for happened: the drain
+    waits for an engine to go idle); it must heartbeat as that does.  Cancellation
+    raises."""
     polls = 0
     slots = poll_slots() if slots is None else slots
     held = _first_slot(slots, tenant)
@@ -79,7 +83,7 @@ def poll_until(
                 obs = obs.model_copy(update={"reason": f"{obs.reason}; {late}"})
             return obs
         wait = interval(obs) if callable(interval) else interval
-        wait_heartbeating(min(backpressure(wait, took), left), details(obs))
+        (pause or wait_heartbeating)(min(backpressure(wait, took), left), details(obs))
         held = take_slot(slots, deadline, details(obs), tenant)
 
 

@@ -13,11 +13,19 @@ kubelet and a process start on the node."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from activities.fairslots import FairSlots
+from activities.fairslots import DEFAULT_WAIT_SLOTS, FairSlots
 from activities.metrics import count_exec_read
-from activities.oneshot import EXEC_TIMEOUT_S, command, valid_path, valid_port, valid_scheme
+from activities.oneshot import (
+    EXEC_TIMEOUT_S,
+    command,
+    valid_path,
+    valid_port,
+    valid_scheme,
+    wait_command,
+)
 from kube.api import KubeApi
 from kube.errors import KubeError
 from kube.members import MemberGone, read_member
@@ -74,6 +82,14 @@ def exec_slots() -> FairSlots:
     """The process's default exec slots: those of a read given none (a worker's
     ``RetirementActivities`` passes its own, ``activities.fairslots.WorkerSlots``)."""
     return _slots[0]
+
+
+_wait_slots = [FairSlots(DEFAULT_WAIT_SLOTS)]
+
+
+def wait_slots() -> FairSlots:
+    """The process's default wait slots (``wait_for_idle``), for a caller given none."""
+    return _wait_slots[0]
 
 
 def limit_execs(size: int) -> FairSlots:
@@ -177,6 +193,66 @@ def sample_member_reads(
         exact=m.exact_load,
         reads=n,
     )
+
+
+#: The most of a wait one-shot's output read (one short line).
+WAIT_OUTPUT_CAP = 4096
+
+
+@dataclass(frozen=True)
+class Waited:
+    """How a wait for idle ended: ``idle`` only when the engine's count read 0 (the one
+    ending that lets the caller read at once); ``said``: what it saw, for the log."""
+
+    idle: bool
+    said: str
+
+
+def wait_for_idle(
+    api: KubeApi,
+    target: Target,
+    m: MemberTarget,
+    *,
+    wait_s: float,
+    slots: FairSlots,
+    tick: Callable[[], None] | None = None,
+) -> Waited | None:
+    """Wait in the member's ``main`` container, up to ``wait_s``, for its engine's exact
+    count (``GET /load``) to read 0 (``activities.oneshot.WAIT_SCRIPT``): a trigger, never
+    evidence; the caller's next read is the evidence, bound to the admitted container as
+    every read is.  None when it could not wait at all: the member has no exact count, its
+    metrics annotations are refused, or no wait slot is free now (it never queues for one).
+    ``tick`` runs at least once a second meanwhile (the caller's heartbeat).  The exec is
+    counted as a drain exec: it costs what a read costs to start."""
+    if not m.exact_load or not m.container_id:
+        return None
+    try:
+        port = valid_port(None if m.metrics_port is None else str(m.metrics_port))
+        argv = wait_command(port=port, scheme=valid_scheme(m.metrics_scheme), wait_s=wait_s)
+    except ValueError:
+        return None
+    if not slots.acquire(0.0, target.namespace):
+        return None
+    try:
+        result = api.exec_pod(
+            namespace=target.namespace,
+            name=m.pod,
+            container=ENGINE_CONTAINER,
+            argv=argv,
+            timeout_s=wait_s + EXEC_TIMEOUT_S,
+            output_cap=WAIT_OUTPUT_CAP,
+            tick=tick,
+        )
+    finally:
+        slots.release(target.namespace)
+    count_exec_read(failed=bool(result.error) or result.exit_code not in (0, None))
+    line = result.stdout.strip("\n")
+    if result.error or result.exit_code not in (0, None):
+        return Waited(idle=False, said=result.error or f"wait exited {result.exit_code}")
+    head, _, rest = line.partition("\t")
+    if head == "#idle" and "\n" not in rest:
+        return Waited(idle=True, said=f"idle after {rest[:12]} s")
+    return Waited(idle=False, said=line[:200] or "wait said nothing")
 
 
 def _http(e: KubeError) -> str:

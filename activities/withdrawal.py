@@ -13,6 +13,7 @@ import httpx
 
 from activities.fairslots import FairSlots, WorkerSlots
 from activities.fencing import fence, heartbeat
+from activities.idle_wait import IdleWait
 from activities.labels_off import labels_still_off
 from activities.polling import poll_until, resumed, seconds_left
 from activities.routers import (
@@ -22,7 +23,7 @@ from activities.routers import (
     worker_host,
 )
 from activities.routing import read_router, router_pods, services_listing
-from activities.sampling import Replaced, sample_member
+from activities.sampling import Replaced, sample_member, wait_slots
 from kube.api import KubeApi
 from kube.errors import KubeError
 from kube.members import MemberGone, read_member
@@ -90,7 +91,13 @@ def withdraw(
     ``transport``: the HTTP transport of the router calls (tests answer them offline);
     ``slots``: the worker's exec and poll slots (None: the process's default)."""
     with httpx.Client(trust_env=False, timeout=TIMEOUT_S, transport=transport) as http:
-        polls = WithdrawPolls(api, inp, http, None if slots is None else slots.execs)
+        polls = WithdrawPolls(
+            api,
+            inp,
+            http,
+            None if slots is None else slots.execs,
+            wait_slots() if slots is None else slots.waits,
+        )
         return poll_until(
             deadline=inp.deadline,
             interval=polls.next_poll,
@@ -98,6 +105,7 @@ def withdraw(
             details=polls.details,
             tenant=inp.target.namespace,
             slots=None if slots is None else slots.polls,
+            pause=polls.idle_wait.pause,
         )
 
 
@@ -108,7 +116,12 @@ class WithdrawPolls:
     next wait is derived from."""
 
     def __init__(
-        self, api: KubeApi, inp: PhaseInput, http: httpx.Client, execs: FairSlots | None
+        self,
+        api: KubeApi,
+        inp: PhaseInput,
+        http: httpx.Client,
+        execs: FairSlots | None,
+        waits: FairSlots | None = None,
     ) -> None:
         self.api, self.inp, self.target, self.http = api, inp, inp.target, http
         self.execs = execs  # the worker's exec slots (None: the process's default)
@@ -123,6 +136,12 @@ class WithdrawPolls:
         self.generations = Generations()  # per router Pod, within this attempt of the phase
         self.spacing = inp.poll_interval_s
         self.polls = 0
+        #: A router-less read found this member holding requests (its exact count): the
+        #: pause after the poll waits for it to go idle (``activities.idle_wait``), for up
+        #: to ``busy_spacing``, which grows while it stays busy, as the drain's reads do.
+        self.holding: MemberTarget | None = None
+        self.busy_spacing = inp.poll_interval_s
+        self.idle_wait = IdleWait(api, inp.target, wait_slots() if waits is None else waits)
 
     def details(self, obs: Observation) -> WithdrawProgress:
         return WithdrawProgress(polls=obs.polls, removal_requested=sorted(self.requested), last=obs)
@@ -154,7 +173,7 @@ class WithdrawPolls:
             if target.router:
                 pending.append(f"router {target.router} declared but no router Pod found")
             else:
-                decided = _routerless(api, self.inp, self.quiet, self.execs)
+                decided, self.holding = _routerless(api, self.inp, self.quiet, self.execs)
                 self.quiet, self.strained = decided.window, self.strained or decided.strained
                 verdict, why = decided.verdict, decided.reason
                 readings["routers"] = why
@@ -228,8 +247,22 @@ class WithdrawPolls:
         sparser reads only make it end later, never sooner."""
         inp = self.inp
         self.polls += 1
+        holding, self.holding = self.holding, None
+        self.idle_wait.plan(None, 0.0)
         if not self.routerless:
             return min(inp.poll_interval_s, FIRST_REPOLL_S * 2.0 ** (self.polls - 1))
+        if holding is not None and not self.strained:
+            # Waiting in the container ends as soon as the count reads 0, so a long wait
+            # costs no time: it only spares execs while the member stays busy.
+            self.busy_spacing = next_read_in(
+                in_flight=float("inf"),
+                previous_s=self.busy_spacing,
+                base_s=inp.poll_interval_s,
+                left_s=seconds_left(inp.deadline),
+            )
+            self.idle_wait.plan(holding, self.busy_spacing)
+        else:
+            self.busy_spacing = inp.poll_interval_s
         strained, self.strained = self.strained, False
         self.spacing = next_read_in(
             in_flight=None if strained else 0.0,
@@ -244,24 +277,28 @@ class WithdrawPolls:
 
 def _routerless(
     api: KubeApi, inp: PhaseInput, window: QuietWindow, execs: FairSlots | None
-) -> QuietDecision:
+) -> tuple[QuietDecision, MemberTarget | None]:
     """The router-less policy: hold (default), or a quiet window of unmoving counters
     (``retirement.quiet``): the measured members are read in order until one read decides
-    the poll on its own."""
+    the poll on its own.  Also the member whose complete read held requests (its exact
+    count above 0), if one did: the next pause may wait for it."""
     if inp.routerless_policy is RouterlessPolicy.HOLD:
         return QuietDecision(
             window,
             Verdict.UNKNOWN,
             "router-less: nothing reports that client connections went quiet (policy hold)",
-        )
+        ), None
     target = inp.target
     reads: list[tuple[str, Sample]] = []
+    holding: MemberTarget | None = None
     for m in (m for m in target.members if m.measured):
         try:
             s = sample_member(api, target, m, slots=execs)
         except Replaced as e:
-            return QuietDecision(window, Verdict.UNKNOWN, f"router-less: member {e}")
+            return QuietDecision(window, Verdict.UNKNOWN, f"router-less: member {e}"), None
         reads.append((m.pod, s))
+        if s.complete and s.exact:
+            holding = m
         if ends_reads(s):
             break
-    return decide(window, reads, now=time.monotonic(), window_s=inp.quiet_window_s)
+    return decide(window, reads, now=time.monotonic(), window_s=inp.quiet_window_s), holding

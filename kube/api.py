@@ -10,6 +10,7 @@ The rules built on top of these calls (UID-bound member operations, Events) live
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -79,8 +80,11 @@ class KubeApi(Protocol):
         argv: list[str],
         timeout_s: float,
         output_cap: int,
+        tick: Callable[[], None] | None = None,
     ) -> ExecResult:
-        """Run ``argv`` in a container, bounded in time and output; never raises."""
+        """Run ``argv`` in a container, bounded in time and output; never raises (but what
+        ``tick`` raises).  ``tick``: called at least once a second while the exec waits for
+        output (a long exec heartbeats its activity through it)."""
         ...
 
     # Services and EndpointSlices

@@ -219,6 +219,7 @@ class Kube:
         argv: list[str],
         timeout_s: float,
         output_cap: int,
+        tick: Callable[[], None] | None = None,
     ) -> ExecResult:
         # ``stream()`` swaps ``call_api`` on the client it is given while it connects: on
         # the shared client, concurrent requests of other threads would go out as websocket
@@ -235,6 +236,7 @@ class Kube:
                 argv=argv,
                 timeout_s=timeout_s,
                 output_cap=output_cap,
+                tick=tick,
             )
         finally:
             own.close()

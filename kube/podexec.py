@@ -47,6 +47,8 @@ STDOUT, STDERR, STATUS, CLOSE_SIGNAL = 1, 2, 3, 255
 #: The most of the status channel read (a Status object: a few hundred bytes).
 STATUS_CAP = 64 << 10
 PROTOCOLS = "v5.channel.k8s.io,v4.channel.k8s.io"
+#: With a ``tick``, the longest single wait for bytes (seconds) between two ticks.
+TICK_S = 1.0
 
 
 class _Stop(Exception):
@@ -90,8 +92,14 @@ class _Frames:
     """Websocket frames read off ``sock`` one at a time (through a buffer of at most one
     ``recv``), each ``recv`` bounded by the deadline."""
 
-    def __init__(self, sock: socket.socket, deadline: float, timeout_s: float) -> None:
-        self.sock, self.deadline, self.timeout_s = sock, deadline, timeout_s
+    def __init__(
+        self,
+        sock: socket.socket,
+        deadline: float,
+        timeout_s: float,
+        tick: Callable[[], None] | None = None,
+    ) -> None:
+        self.sock, self.deadline, self.timeout_s, self.tick = sock, deadline, timeout_s, tick
         self._buf = b""
 
     def _recv(self, n: int) -> bytes:
@@ -99,10 +107,15 @@ class _Frames:
             left = self.deadline - time.monotonic()
             if left <= 0:
                 raise _Stop(f"exec exceeded {self.timeout_s:g} s")
+            if self.tick is not None:  # each wait is a slice of at most TICK_S
+                self.tick()
+                left = min(left, TICK_S)
             self.sock.settimeout(left)
             try:
                 chunk = self.sock.recv(1 << 16)
             except TimeoutError:
+                if self.tick is not None and time.monotonic() < self.deadline:
+                    continue
                 raise _Stop(f"exec exceeded {self.timeout_s:g} s") from None
             if not chunk:
                 raise EOFError
@@ -217,8 +230,11 @@ def run_exec(
     argv: list[str],
     timeout_s: float,
     output_cap: int,
+    tick: Callable[[], None] | None = None,
 ) -> ExecResult:
-    """Run ``argv`` through ``connect`` (``CoreV1Api.connect_get_namespaced_pod_exec``)."""
+    """Run ``argv`` through ``connect`` (``CoreV1Api.connect_get_namespaced_pod_exec``);
+    ``tick`` is called before every wait for bytes, each wait at most ``TICK_S`` (what it
+    raises ends the exec, the websocket closed, and propagates)."""
     deadline = time.monotonic() + timeout_s
     opened: list[WebSocket] = []
 
@@ -267,7 +283,7 @@ def run_exec(
         return ExecResult(error="exec failed: no websocket")
     ws = opened[0]
     try:
-        out, status = _read(_Frames(sock, deadline, timeout_s), output_cap)
+        out, status = _read(_Frames(sock, deadline, timeout_s, tick), output_cap)
         code = exit_code(status)
     except _Stop as e:
         return ExecResult(error=str(e))

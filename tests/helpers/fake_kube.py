@@ -589,7 +589,10 @@ class FakeKube:
         argv: list[str],
         timeout_s: float,
         output_cap: int,
+        tick: Callable[[], None] | None = None,
     ) -> ExecResult:
+        if tick is not None:  # the real one ticks before its first wait for bytes
+            tick()
         with self._lock:
             try:
                 self._enter(

@@ -305,3 +305,83 @@ def test_an_api_server_that_never_answers_the_upgrade_ends_at_the_bound() -> Non
         listener.close()
     assert result.error, result
     assert took < TIMEOUT_S + 1.0, f"{took:.1f} s"
+
+
+# ============================================================================ ticks
+
+
+def silent_then(after_s: float, data: bytes) -> Callable[[Peer, socket.socket], None]:
+    """Say nothing for ``after_s``, then ``data`` and the exec's success."""
+
+    def play(peer: Peer, conn: socket.socket) -> None:
+        time.sleep(after_s)
+        peer.send(conn, channel(1, data) + channel(3, SUCCESS) + frame(b"", opcode=0x8))
+        time.sleep(1)
+
+    return play
+
+
+def ticking_exec(host: str, tick: Callable[[], None], timeout_s: float) -> ExecResult:
+    cfg = client.Configuration()
+    cfg.host = host
+    connect = client.CoreV1Api(client.ApiClient(cfg)).connect_get_namespaced_pod_exec
+    return run_exec(
+        connect,
+        namespace="ns",
+        name="pod",
+        container="main",
+        argv=["python3", "-c", "pass"],
+        timeout_s=timeout_s,
+        output_cap=CAP,
+        tick=tick,
+    )
+
+
+def test_a_long_exec_ticks_at_least_once_a_second_while_it_waits() -> None:
+    """The wait for idle runs for up to seconds with nothing to read: its activity must
+    heartbeat meanwhile (``kube.podexec.TICK_S``), and the output still arrives whole."""
+    ticks: list[float] = []
+    with peer_at(silent_then(2.6, b"#idle\t2.5\n")) as (_peer, host):
+        started = time.monotonic()
+        result = ticking_exec(host, lambda: ticks.append(time.monotonic()), 10.0)
+    assert result.error == "" and result.stdout == "#idle\t2.5\n", result
+    gaps = [b - a for a, b in zip([started, *ticks], ticks, strict=False)]
+    assert len(ticks) >= 3 and max(gaps) < 1.5, gaps
+
+
+def test_a_tick_that_raises_ends_the_exec_and_closes_the_websocket() -> None:
+    """A cancel reaches a waiting exec through its tick: the exec ends at once, the
+    websocket closed, and the error goes to the caller (the activity ends cancelled)."""
+
+    class Cancelled(Exception):
+        pass
+
+    calls = [0]
+
+    def tick() -> None:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise Cancelled
+
+    gone = threading.Event()
+
+    def listen(_peer: Peer, conn: socket.socket) -> None:
+        conn.settimeout(8.0)
+        while conn.recv(4096):  # the client's close frame, then the end of the socket
+            pass
+        gone.set()
+
+    with peer_at(listen) as (_peer, host):
+        started = time.monotonic()
+        with pytest.raises(Cancelled):
+            ticking_exec(host, tick, 10.0)
+        assert time.monotonic() - started < 2.5
+        assert gone.wait(3), "the websocket was left open"
+
+
+def test_a_ticking_exec_still_ends_at_its_bound() -> None:
+    with peer_at(silent_then(8.0, b"late")) as (_peer, host):
+        started = time.monotonic()
+        result = ticking_exec(host, lambda: None, 1.5)
+    assert result.error == "exec exceeded 1.5 s", result
+    assert time.monotonic() - started < 2.5
