@@ -19,7 +19,7 @@ import httpx
 import pytest
 from kubernetes import client as k8s
 
-from activities.oneshot import command
+from activities.oneshot import command, wait_command
 from retirement.readings import SERIES, parse_oneshot_output
 from testbed.emulator import EngineEmulator, EngineKind
 from testbed.emulator.engine_args import VllmArgs, vllm_args
@@ -310,3 +310,25 @@ def test_the_stand_in_operator_hands_the_engine_container_command_line() -> None
     )
     assert _command_line(pod) == ["vllm", "serve", "m", "--enable-server-load-tracking"]
     assert _command_line(k8s.V1Pod(spec=k8s.V1PodSpec(containers=[]))) == []
+
+
+def test_the_wait_one_shot_ends_when_the_front_end_lets_go_of_the_last_request(
+    start: Callable[..., EngineEmulator],
+) -> None:
+    """The drain's wait for idle (activities/oneshot.py ``WAIT_SCRIPT``), run for real: it
+    waits while the request is in the engine and while only the front end still holds it
+    (its gauges already 0), and ends within its poll once ``/load`` reads 0."""
+    emu = start(EngineKind.VLLM, request_seconds=0.8, args=TRACK)
+    emu.set_frontend_hidden(0.8)
+    bg = completion(emu)
+    eventually(lambda: load(emu) == 1, timeout=WAIT, interval=0.01)
+    argv = wait_command(port=emu.metrics_port, scheme="http", wait_s=10.0)
+    argv[0] = sys.executable
+    started = time.monotonic()
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=True).stdout
+    ended = time.monotonic()
+    bg.join(timeout=WAIT)
+    head, _, waited = out.strip("\n").partition("\t")
+    assert head == "#idle", out
+    assert load(emu) == 0
+    assert 0.5 < float(waited) < ended - started  # it did wait for the request, no longer
