@@ -28,19 +28,16 @@ from kube.errors import Forbidden, Unavailable
 from kube.objects import Pod
 from retirement.drain import DrainProgress, observe_round, resume
 from retirement.models import (
-    Admission,
-    AdmitInput,
     DrainHeartbeat,
     Observation,
     PhaseInput,
-    RetirementRequest,
     Target,
 )
 from retirement.names import LABEL_ELIGIBLE, LABEL_ROUTER
 from retirement.phases import Verdict
 from retirement.readings import SERIES, SGLANG_STEP_COUNTER, Sample, series_for
-from tests.helpers import model_deployment
-from tests.helpers.activity_env import attempt_env, recording_env
+from tests.helpers.activity_env import recording_env
+from tests.helpers.admission import admitted, victim
 from tests.helpers.fake_kube import FakeKube, member_pod, oneshot_stdout
 
 NS = "default"
@@ -56,46 +53,7 @@ def idle(counters: tuple[float, float]) -> ExecResult:
     return ExecResult(stdout=oneshot_stdout(counters=counters), exit_code=0)
 
 
-def single(**kw: Any) -> dict[str, Any]:
-    kw.setdefault("uid", "uid-1")
-    kw.setdefault("ip", "198.18.1.11")
-    return member_pod("llm-1", deployment=MD, ordinal=1, **kw)
-
-
-def admitted(
-    *pods: dict[str, Any],
-    engine: str = "vLLM",
-    size: int = 1,
-    extra_args: list[str] | None = None,
-    router: str | None = None,
-    kube: FakeKube | None = None,
-) -> tuple[FakeKube, Target]:
-    """Replica 1 of ``llm`` admitted (and its label taken off, as disqualify leaves it)."""
-    kube = kube or FakeKube()
-    version = "0.5.21" if engine == "SGLang" else "0.29.0"
-    kube.add_deployment(
-        model_deployment(
-            MD,
-            namespace=NS,
-            engine=engine,
-            version=version,
-            replicas=1,  # replica 1 is a count trim
-            size=size,
-            extra_args=extra_args,
-            router=router,
-        )
-    )
-    for p in pods or (single(),):
-        kube.add_pod(p)
-    req = RetirementRequest(namespace=NS, deployment=MD, role="server", ordinal=1)
-    admission: Admission = attempt_env().run(
-        RetirementActivities(kube).admit, AdmitInput(request=req, workflow_id="wf")
-    )
-    assert admission.target is not None, admission.refusal
-    for m in admission.target.members:
-        kube.set_label(m.pod, LABEL_ELIGIBLE, None)
-    kube.calls.clear()
-    return kube, admission.target
+single = victim
 
 
 def drain(

@@ -19,20 +19,18 @@ from activities import RetirementActivities, polling
 from kube.api import ExecResult
 from kube.errors import Forbidden, KubeError, Unavailable
 from retirement.models import (
-    Admission,
-    AdmitInput,
     Observation,
     PhaseInput,
-    RetirementRequest,
     RouterlessPolicy,
     Target,
     WithdrawProgress,
 )
 from retirement.names import LABEL_ELIGIBLE
 from retirement.phases import Verdict
-from tests.helpers import model_deployment
-from tests.helpers.activity_env import attempt_env, recording_env
-from tests.helpers.fake_kube import FakeKube, member_pod, oneshot_stdout
+from tests.helpers.activity_env import recording_env
+from tests.helpers.admission import admitted as admit
+from tests.helpers.admission import sibling, victim
+from tests.helpers.fake_kube import FakeKube, oneshot_stdout
 
 NS = "default"
 MD = "llm"
@@ -53,29 +51,15 @@ def idle(counters: tuple[float, float] = (5, 7)) -> ExecResult:
     return ExecResult(stdout=oneshot_stdout(counters=counters), exit_code=0)
 
 
-def single(**kw: Any) -> dict[str, Any]:
-    kw.setdefault("uid", "uid-1")
-    kw.setdefault("ip", IP)
-    return member_pod("llm-1", deployment=MD, ordinal=1, **kw)
+single = victim
 
 
 def admitted(
     router: str | None = None, *, args: list[str] | None = None
 ) -> tuple[FakeKube, Target]:
-    """Replica 1 of ``llm`` admitted, and disqualified (its label is off); ``args``: its
+    """Replica 1 of ``llm`` admitted and disqualified beside replica 0; ``args``: its
     Pod's engine arguments."""
-    kube = FakeKube()
-    kube.add_deployment(model_deployment(MD, namespace=NS, replicas=1, router=router))
-    kube.add_pod(single(args=args or []))
-    kube.add_pod(member_pod("llm-0", deployment=MD, ordinal=0, uid="uid-0", ip="198.18.1.10"))
-    req = RetirementRequest(namespace=NS, deployment=MD, role="server", ordinal=1)
-    admission: Admission = attempt_env().run(
-        RetirementActivities(kube).admit, AdmitInput(request=req, workflow_id="wf")
-    )
-    assert admission.target is not None, admission.refusal
-    kube.set_label("llm-1", LABEL_ELIGIBLE, None)
-    kube.calls.clear()
-    return kube, admission.target
+    return admit(victim(args=args or []), sibling(), router=router)
 
 
 def withdraw(

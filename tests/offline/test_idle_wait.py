@@ -18,10 +18,8 @@ from kube.api import ExecResult
 from retirement.models import Observation, PhaseInput, RouterlessPolicy, Target
 from retirement.phases import Verdict
 from tests.helpers.activity_env import recording_env
+from tests.helpers.admission import admitted, sibling, victim
 from tests.helpers.fake_kube import FakeKube, oneshot_stdout
-from tests.offline.test_activities_drain import admitted as drain_admitted
-from tests.offline.test_activities_drain import single
-from tests.offline.test_activities_withdraw import admitted as withdraw_admitted
 
 FLAG = ["--enable-server-load-tracking"]
 
@@ -74,7 +72,7 @@ def waits_of(kube: FakeKube) -> list[Any]:
 def test_after_a_busy_round_the_drain_waits_in_the_container_and_reads_at_once(
     sleeps: list[float],
 ) -> None:
-    kube, target = drain_admitted(single(args=FLAG))
+    kube, target = admitted(victim(args=FLAG))
     engine = Engine(5, "#idle\t0.750", 0)
     kube.script_exec("llm-1", engine)
     obs = drain(kube, target)
@@ -90,7 +88,7 @@ def test_after_a_busy_round_the_drain_waits_in_the_container_and_reads_at_once(
 def test_a_wait_that_saw_idle_is_no_evidence(sleeps: list[float]) -> None:
     """The wait read 0, the read after it a request again (one arrived in between): the
     drain goes on, and verifies only on two idle reads of its own."""
-    kube, target = drain_admitted(single(args=FLAG))
+    kube, target = admitted(victim(args=FLAG))
     engine = Engine(5, "#idle\t0.100", 3, "#idle\t0.100", 0)
     kube.script_exec("llm-1", engine)
     obs = drain(kube, target)
@@ -115,7 +113,7 @@ def test_a_wait_that_ends_on_anything_but_idle_leaves_the_plain_spacing(
 ) -> None:
     """What is left of the planned wait is still waited (a wait that fails at once never
     turns into a tight loop of execs)."""
-    kube, target = drain_admitted(single(args=FLAG))
+    kube, target = admitted(victim(args=FLAG))
     kube.script_exec("llm-1", Engine(5, ending, 0))
     obs = drain(kube, target)
     assert obs.verdict is Verdict.VERIFIED
@@ -123,7 +121,7 @@ def test_a_wait_that_ends_on_anything_but_idle_leaves_the_plain_spacing(
 
 
 def test_no_free_wait_slot_is_a_plain_wait(sleeps: list[float]) -> None:
-    kube, target = drain_admitted(single(args=FLAG))
+    kube, target = admitted(victim(args=FLAG))
     engine = Engine(5, 0)
     kube.script_exec("llm-1", engine)
     waits = FairSlots(1)
@@ -135,7 +133,7 @@ def test_no_free_wait_slot_is_a_plain_wait(sleeps: list[float]) -> None:
 
 
 def test_a_member_without_the_count_is_never_waited_on(sleeps: list[float]) -> None:
-    kube, target = drain_admitted()
+    kube, target = admitted()
     busy = ExecResult(stdout=oneshot_stdout(in_flight=5, counters=(5, 7)), exit_code=0)
     idle = ExecResult(stdout=oneshot_stdout(counters=(5, 7)), exit_code=0)
     kube.script_exec("llm-1", busy, idle)
@@ -146,7 +144,7 @@ def test_a_member_without_the_count_is_never_waited_on(sleeps: list[float]) -> N
 def test_a_short_pause_is_a_plain_wait(sleeps: list[float]) -> None:
     """Nearly idle (at most 2 in flight): the next read is one poll interval away, too
     short to be worth an exec of its own."""
-    kube, target = drain_admitted(single(args=FLAG))
+    kube, target = admitted(victim(args=FLAG))
     engine = Engine(1, 0)
     kube.script_exec("llm-1", engine)
     assert drain(kube, target).verdict is Verdict.VERIFIED
@@ -158,7 +156,7 @@ def test_the_router_less_quiet_window_waits_for_a_member_holding_requests(
 ) -> None:
     """The quiet window never starts while the front end holds a request; between polls
     it waits in the container, for longer each time the member is still busy."""
-    kube, target = withdraw_admitted(args=FLAG)
+    kube, target = admitted(victim(args=FLAG), sibling())
     engine = Engine(2, "#busy\t2", 2, "#idle\t1.200", 0, 0)
     kube.script_exec("llm-1", engine)
     inp = PhaseInput(

@@ -1,0 +1,84 @@
+"""Waiting for idle through the real API server and kwok (issue 18, ``activities.idle_wait``):
+a router-less vLLM replica with ``--enable-server-load-tracking`` holds four requests sent
+straight to it when its retirement starts; the quiet window cannot start while ``GET /load``
+counts them, so the worker waits in the container, and the requests must all finish, whole,
+before the Pod's delete begins.
+
+Judged by evidence the product does not write: the clients' own answers, a witness reading
+the Pod, and the API server's audit log (each ``pods/exec`` with its command: the wait
+one-shot's execs are told from the reads' by their script)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from activities.oneshot import SCRIPT, WAIT_SCRIPT
+from retirement.budgets import Budgets
+from retirement.phases import Outcome
+from tests.bed.conftest import Ctx
+from tests.bed.test_drain_lag_on_bed import Straggler, _deploy
+from tests.bed.test_retirement_on_bed import Witness, retire_routerless
+
+pytestmark = [pytest.mark.bed, pytest.mark.asyncio(loop_scope="session")]
+
+BUDGETS = Budgets(overall_s=120, withdrawal_s=45, drain_s=30, settle_s=20, poll_interval_s=1.0)
+REQUEST_S = 8.0
+
+
+def execs_into(ctx: Ctx, pod: str) -> list[str]:
+    """ "wait" or "read" for every ``pods/exec`` into ``pod`` in the audit log, in order."""
+    found = []
+    for line in ctx.bed.cp.audit_log.read_text().splitlines():
+        ev = json.loads(line)
+        ref = ev.get("objectRef") or {}
+        if ref.get("subresource") != "exec" or ref.get("name") != pod:
+            continue
+        if ref.get("namespace") != ctx.ns or ev.get("stage") != "ResponseStarted":
+            continue
+        command = parse_qs(urlsplit(ev["requestURI"]).query).get("command", [])
+        kind = "wait" if WAIT_SCRIPT in command else "read" if SCRIPT in command else "?"
+        found.append(kind)
+    return found
+
+
+async def test_a_busy_router_less_replica_is_waited_for_in_its_container(ctx: Ctx) -> None:
+    name = "vwait"
+    victim = await _deploy(
+        ctx,
+        name,
+        engine="vLLM",
+        args=["--enable-server-load-tracking"],
+        request_seconds=REQUEST_S,
+    )
+    url = f"http://{victim.status.pod_ip}:8000/v1/completions"
+    body = {"model": "emulated", "prompt": "p", "max_tokens": 8}
+    clients = [Straggler(url, body) for _ in range(4)]
+    for c in clients:
+        c.start()
+    await asyncio.sleep(0.5)  # they are in the engine
+    witness = Witness(ctx, victim, set)
+    witness.start()
+    handle = await retire_routerless(ctx, name, budgets=BUDGETS, quiet_s=0.5)
+    st = await handle.result()
+    for c in clients:
+        await asyncio.to_thread(c.join, 30)
+    assert st.outcome is Outcome.COMPLETED, st.reasons
+    assert all(c.status == 200 for c in clients), [(c.status, c.error) for c in clients]
+    await asyncio.to_thread(witness.join, 10)
+    ended = max(c.ended_at or 0.0 for c in clients)
+    assert witness.deleting is not None and ended < witness.deleting, "deleted in flight"
+    await asyncio.sleep(1)  # the audit log is written behind
+    kinds = execs_into(ctx, victim.metadata.name)
+    assert "?" not in kinds, kinds
+    assert "wait" in kinds, f"the busy replica was never waited for: {kinds}"
+    # While the four requests ran (8 s), a read each second would be ~8 reads before the
+    # first idle one; waiting, the reads before idle are the first and one per wait.
+    first_idle_read = len(kinds) - kinds[::-1].index("wait")
+    assert kinds[:first_idle_read].count("read") <= kinds.count("wait") + 1, kinds
+    print(
+        f"execs {kinds}; delete began {witness.deleting - ended:.2f} s after the last request ended"
+    )
