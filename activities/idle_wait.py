@@ -16,6 +16,9 @@ as every poll does, bound to the admitted container, and folds that read into th
 When it cannot wait (no exact count, no wait slot free, the exec failed), the pause is the
 plain wait the poll loop planned; a wait that ended on anything but idle is followed by
 what is left of that plain wait, so a failing wait never turns into a tight loop of execs.
+Nor does a count that disagrees with the read: when a wait ended on idle and the read
+after it was still busy (the gauges still show work the count no longer holds, or a new
+request came in), the next pause is plain; waiting resumes after it.
 """
 
 from __future__ import annotations
@@ -47,12 +50,18 @@ class IdleWait:
         self.api, self.target, self.slots = api, target, slots
         self._member: MemberTarget | None = None
         self._up_to = 0.0
+        #: The last pause ended because the count read 0.
+        self._ended_idle = False
         #: What the last wait saw (for the log and tests); "" when the last pause was plain.
         self.last = ""
 
     def plan(self, member: MemberTarget | None, up_to: float) -> None:
-        """The next pause waits on ``member`` (None: a plain wait) for up to ``up_to`` s."""
-        self._member, self._up_to = member, min(up_to, MAX_WAIT_S)
+        """The next pause waits on ``member`` (None: a plain wait) for up to ``up_to`` s;
+        plain after a wait that ended on idle when the poll after it still found a member
+        busy (``member`` given again)."""
+        if member is not None and self._ended_idle:
+            member = None
+        self._member, self._up_to, self._ended_idle = member, min(up_to, MAX_WAIT_S), False
 
     def pause(self, seconds: float, details: Any) -> None:
         """Wait for the planned member to go idle (up to the planned time), else
@@ -70,7 +79,7 @@ class IdleWait:
                 self.api, self.target, member, wait_s=up_to, slots=self.slots, tick=tick
             )
             if waited is not None:
-                self.last = waited.said
+                self.last, self._ended_idle = waited.said, waited.idle
                 if not waited.idle:
                     rest = seconds - (time.monotonic() - began)
                     if rest > 0:

@@ -49,6 +49,9 @@ STATUS_CAP = 64 << 10
 PROTOCOLS = "v5.channel.k8s.io,v4.channel.k8s.io"
 #: With a ``tick``, the longest single wait for bytes (seconds) between two ticks.
 TICK_S = 1.0
+#: With a ``tick``, the bound of the connect and handshake (seconds), which cannot tick: a
+#: long exec's whole bound would leave its activity without a heartbeat for as long.
+HANDSHAKE_S = 5.0
 
 
 class _Stop(Exception):
@@ -237,11 +240,15 @@ def run_exec(
     raises ends the exec, the websocket closed, and propagates)."""
     deadline = time.monotonic() + timeout_s
     opened: list[WebSocket] = []
+    if tick is not None:
+        tick()
 
     def websocket(configuration: Any, _method: str, url: str, **kwargs: Any) -> WebSocket:
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError(f"exec exceeded {timeout_s:g} s")
+        if tick is not None:  # no tick during the handshake: it gets a bound of its own
+            left = min(left, HANDSHAKE_S)
         ws = open_websocket(
             configuration, ws_client.get_websocket_url(url), kwargs.get("headers"), timeout=left
         )

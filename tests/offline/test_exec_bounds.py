@@ -28,7 +28,7 @@ import pytest
 from kubernetes import client
 
 from kube.api import ExecResult
-from kube.podexec import run_exec
+from kube.podexec import HANDSHAKE_S, run_exec
 
 MiB = 1 << 20
 CAP = 64 << 10
@@ -385,3 +385,24 @@ def test_a_ticking_exec_still_ends_at_its_bound() -> None:
         result = ticking_exec(host, lambda: None, 1.5)
     assert result.error == "exec exceeded 1.5 s", result
     assert time.monotonic() - started < 2.5
+
+
+def test_a_ticking_exec_bounds_its_handshake_on_its_own() -> None:
+    """The handshake cannot tick: a long exec (the wait for idle, up to a minute) whose API
+    server never answers the upgrade gives up after ``HANDSHAKE_S``, not its whole bound,
+    so its activity is never left without a heartbeat for longer."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: held.append(listener.accept()[0]), daemon=True).start()
+    try:
+        started = time.monotonic()
+        result = ticking_exec(f"http://127.0.0.1:{listener.getsockname()[1]}", lambda: None, 30)
+        took = time.monotonic() - started
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()
+    assert result.error.startswith("exec failed"), result
+    assert HANDSHAKE_S <= took < HANDSHAKE_S + 2, f"{took:.1f} s"

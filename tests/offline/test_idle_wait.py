@@ -87,14 +87,34 @@ def test_after_a_busy_round_the_drain_waits_in_the_container_and_reads_at_once(
 
 def test_a_wait_that_saw_idle_is_no_evidence(sleeps: list[float]) -> None:
     """The wait read 0, the read after it a request again (one arrived in between): the
-    drain goes on, and verifies only on two idle reads of its own."""
+    drain goes on, and verifies only on two idle reads of its own.  The pause after that
+    disagreement is plain (a count that keeps disagreeing with the reads must not turn
+    into a read and a wait back to back, for ever); waiting resumes after it."""
     kube, target = admitted(victim(args=FLAG))
-    engine = Engine(5, "#idle\t0.100", 3, "#idle\t0.100", 0)
+    engine = Engine(5, "#idle\t0.100", 3, 4, "#idle\t0.100", 0)
     kube.script_exec("llm-1", engine)
     obs = drain(kube, target)
-    assert obs.verdict is Verdict.VERIFIED and obs.polls == 3
-    assert engine.seen == ["read", "wait", "read", "wait", "read"]
-    assert [w["argv"][5] for w in waits_of(kube)] == ["2.000", "4.000"]  # spacing grows
+    assert obs.verdict is Verdict.VERIFIED and obs.polls == 4
+    assert engine.seen == ["read", "wait", "read", "read", "wait", "read"]
+    assert sleeps == [4.0]
+    assert [w["argv"][5] for w in waits_of(kube)] == ["2.000", "8.000"]  # spacing grows
+
+
+def test_a_count_that_keeps_disagreeing_costs_no_more_than_one_wait_per_plain_spacing(
+    sleeps: list[float],
+) -> None:
+    """The count reads 0 at once, every time, while the gauges stay busy."""
+    kube, target = admitted(victim(args=FLAG))
+    gauges = oneshot_stdout(in_flight=5, counters=(5, 7), exact=0)
+    busy = ExecResult(stdout=gauges * 2, exit_code=0)
+    answers: list[int | str | ExecResult] = [busy]
+    for _ in range(4):  # a wait that reads 0 at once, a busy read, a plain pause, a read
+        answers += ["#idle\t0.000", busy, busy]
+    engine = Engine(*answers, "#idle\t0.000", 0)
+    kube.script_exec("llm-1", engine)
+    assert drain(kube, target).verdict is Verdict.VERIFIED
+    assert engine.seen == ["read"] + ["wait", "read", "read"] * 4 + ["wait", "read"]
+    assert len(sleeps) == 4, sleeps
 
 
 @pytest.mark.parametrize(
