@@ -102,6 +102,8 @@ class DrainRounds:
         #: The member that held the most requests in the last round (None: none did, or
         #: not every read was complete): the pause after it waits for that one.
         self.busiest: str | None = None
+        #: How long the next wait for idle may last (doubling while the member stays busy).
+        self.wait_spacing = inp.poll_interval_s
 
     def next_wait(self, _: Observation) -> float:
         self.spacing = next_read_in(
@@ -112,7 +114,19 @@ class DrainRounds:
             idle_s=EXACT_IDLE_SPACING_S if self.exact else None,
         )
         busy = next((m for m in self.members if m.pod == self.busiest), None)
-        self.idle_wait.plan(busy if self.exact else None, self.spacing)
+        if self.exact and busy is not None:
+            # A wait ends as soon as the count reads 0, so it may be long, however few
+            # requests are left: it only spares execs while the member stays busy.
+            self.wait_spacing = next_read_in(
+                in_flight=float("inf"),
+                previous_s=self.wait_spacing,
+                base_s=self.inp.poll_interval_s,
+                left_s=seconds_left(self.inp.deadline),
+            )
+            self.idle_wait.plan(busy, self.wait_spacing)
+        else:
+            self.wait_spacing = self.inp.poll_interval_s
+            self.idle_wait.plan(None, 0.0)
         return self.spacing
 
     def details(self, obs: Observation) -> DrainHeartbeat:

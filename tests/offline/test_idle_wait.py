@@ -161,14 +161,18 @@ def test_a_member_without_the_count_is_never_waited_on(sleeps: list[float]) -> N
     assert waits_of(kube) == [] and sleeps[0] == 2.0
 
 
-def test_a_short_pause_is_a_plain_wait(sleeps: list[float]) -> None:
-    """Nearly idle (at most 2 in flight): the next read is one poll interval away, too
-    short to be worth an exec of its own."""
+def test_a_nearly_idle_member_is_waited_on_too(sleeps: list[float]) -> None:
+    """One request left: without the count the next read would come after one poll
+    interval (it may end at any moment); the wait ends when it does, so it may be long."""
     kube, target = admitted(victim(args=FLAG))
-    engine = Engine(1, 0)
+    engine = Engine(1, "#busy\t1", 1, "#idle\t3.000", 0)
     kube.script_exec("llm-1", engine)
     assert drain(kube, target).verdict is Verdict.VERIFIED
-    assert engine.seen == ["read", "read"] and sleeps == [1.0]
+    assert engine.seen == ["read", "wait", "read", "wait", "read"]
+    assert [w["argv"][5] for w in waits_of(kube)] == ["2.000", "4.000"]
+    # The scripted "#busy" came at once (a real one only after its 2 s): the rest of the
+    # 1 s poll interval was waited after it; nothing after the wait that ended idle.
+    assert len(sleeps) == 1 and sleeps[0] <= 1.0
 
 
 def test_the_router_less_quiet_window_waits_for_a_member_holding_requests(
