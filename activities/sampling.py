@@ -84,12 +84,12 @@ def exec_slots() -> FairSlots:
     return _slots[0]
 
 
-_wait_slots = [FairSlots(DEFAULT_WAIT_SLOTS)]
+_WAIT_SLOTS = FairSlots(DEFAULT_WAIT_SLOTS)
 
 
 def wait_slots() -> FairSlots:
     """The process's default wait slots (``wait_for_idle``), for a caller given none."""
-    return _wait_slots[0]
+    return _WAIT_SLOTS
 
 
 def limit_execs(size: int) -> FairSlots:

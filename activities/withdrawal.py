@@ -248,8 +248,8 @@ class WithdrawPolls:
         inp = self.inp
         self.polls += 1
         holding, self.holding = self.holding, None
-        self.idle_wait.plan(None, 0.0)
         if not self.routerless:
+            self.idle_wait.plan(None, 0.0)
             return min(inp.poll_interval_s, FIRST_REPOLL_S * 2.0 ** (self.polls - 1))
         if holding is not None and not self.strained:
             # Waiting in the container ends as soon as the count reads 0, so a long wait
@@ -263,6 +263,7 @@ class WithdrawPolls:
             self.idle_wait.plan(holding, self.busy_spacing)
         else:
             self.busy_spacing = inp.poll_interval_s
+            self.idle_wait.plan(None, 0.0)
         strained, self.strained = self.strained, False
         self.spacing = next_read_in(
             in_flight=None if strained else 0.0,

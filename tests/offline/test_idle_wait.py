@@ -194,3 +194,21 @@ def test_the_router_less_quiet_window_waits_for_a_member_holding_requests(
     assert obs.verdict is Verdict.VERIFIED
     assert engine.seen == ["read", "wait", "read", "wait", "read", "read"]
     assert [w["argv"][5] for w in waits_of(kube)] == ["2.000", "4.000"]
+
+
+def test_the_quiet_window_pauses_plain_after_a_wait_the_read_disagreed_with(
+    sleeps: list[float],
+) -> None:
+    kube, target = admitted(victim(args=FLAG), sibling())
+    engine = Engine(2, "#idle\t0.000", 2, 2, "#idle\t0.000", 0, 0)
+    kube.script_exec("llm-1", engine)
+    inp = PhaseInput(
+        target=target,
+        deadline=datetime.now(UTC) + timedelta(seconds=240),
+        poll_interval_s=1.0,
+        routerless_policy=RouterlessPolicy.QUIET_WINDOW,
+        quiet_window_s=0.0,
+    )
+    obs: Observation = recording_env([]).run(RetirementActivities(kube).withdraw, inp)
+    assert obs.verdict is Verdict.VERIFIED
+    assert engine.seen == ["read", "wait", "read", "read", "wait", "read", "read"]
