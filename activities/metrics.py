@@ -1,9 +1,10 @@
 """What the activities cost the API server, counted in this worker process.
 
 Each drain read is one ``pods/exec`` through the API server, the dearest call a retirement
-makes; so is each wait for idle (``activities.idle_wait``), counted with the reads.  Inside an activity each read (and each failed one) is also counted on Temporal's
-activity metric meter, which the worker exports with the SDK's own metrics
-(``worker/telemetry.py``): ``retire_drain_exec_reads_total`` and ``retire_drain_exec_errors_total``.
+makes; so is each wait for idle (``activities.idle_wait``), counted with the reads.  Inside
+an activity each read (and each failed one) is also counted on Temporal's activity metric
+meter, which the worker exports with the SDK's own metrics (``worker/telemetry.py``):
+``retire_drain_exec_reads_total`` and ``retire_drain_exec_errors_total``.
 The process-wide totals serve tests and benchmarks that call the activities directly.
 """
 
