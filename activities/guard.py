@@ -4,7 +4,7 @@ than the delete (the workflow's own decision may be minutes old under load).
 
 It confirms once more, reading only:
 - the drain's evidence is fresh: its last idle read is younger than the bound the
-  workflow passes (``retirement.protocol.freshness_bound``), on this worker's clock;
+  workflow passes (``retirement.progress.freshness_bound``), on this worker's clock;
 - the ModelDeployment still wants the replica gone: it exists with the admitted UID and
   the retirement is still one of the intents derived from the live spec and Pods (the
   rule admission applies, ``retirement.intents.intent_refusal``: a re-declared ordinal is

@@ -158,7 +158,7 @@ class PhaseInput(_Model):
     #: level-based and re-adds whatever a router is missing, recorded or not.
     router_removals: list[str] = Field(default_factory=list)
     #: The delete: when the drain's last idle read was taken, and how old it may be when
-    #: the first delete is sent (``retirement.protocol.freshness_bound``).
+    #: the first delete is sent (``retirement.progress.freshness_bound``).
     evidence_at: datetime | None = None
     fresh_s: float | None = None
     #: The delete: an earlier delete activity of this Deleting phase may have deleted
@@ -217,7 +217,7 @@ class RestoreResult(_Model):
     #: Every add-worker call the restore made, as ``<router Pod name>|<worker URL>``.
     router_adds: list[str] = Field(default_factory=list)
     #: A router's selection counted only once it had lasted a while (smg): the workflow
-    #: reads the routers again later (``retirement.protocol.CONFIRM_AGAIN``).
+    #: reads the routers again later (``retirement.progress.CONFIRM_AGAIN``).
     timed: bool = False
 
 
