@@ -8,7 +8,7 @@
 # asks for 1.27).  Idempotent: a cached binary is not rebuilt.  Prints the binary's path last.
 # Environment:
 #   RETIRE_CACHE        cache root (default: ${XDG_CACHE_HOME:-$HOME/.cache}/llm-retire)
-#   KUSTOMIZE_VERSION   default v5.8.2 (keep tests/offline/test_deploy_manifests.py in step)
+#   KUSTOMIZE_VERSION   default v5.8.2 (keep tests/helpers/deploy_render.py in step)
 set -euo pipefail
 
 KUSTOMIZE_VERSION=${KUSTOMIZE_VERSION:-v5.8.2}

@@ -29,8 +29,8 @@ from testbed.emulator.sglang_scheduler import (
     SglangRank,
 )
 from tests.helpers import eventually
+from tests.helpers.emulator_calls import Background, parse, total
 from tests.helpers.emulators import emulators
-from tests.test_emulator import Background, parse, total
 
 LOOPBACK = "127.0.0.1"
 STEP = 0.01  # the made-up step of the clock tests (any value: they count steps)

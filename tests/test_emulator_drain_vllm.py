@@ -25,8 +25,8 @@ from testbed.emulator import EngineEmulator, EngineKind
 from testbed.emulator.engine_args import VllmArgs, vllm_args
 from testbed.standin_operator import _command_line
 from tests.helpers import eventually
+from tests.helpers.emulator_calls import Background, parse, total
 from tests.helpers.emulators import emulators
-from tests.test_emulator import Background, parse, total
 
 LOOPBACK = "127.0.0.1"
 WAIT = 10.0  # a bound on how long a state change may take to show (not a figure)

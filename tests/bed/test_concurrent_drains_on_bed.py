@@ -29,8 +29,8 @@ from retirement.models import RetirementState
 from retirement.names import LABEL_ELIGIBLE
 from retirement.phases import Outcome, Phase
 from testbed.bed import Bed
-from tests.bed.conftest import create_md
-from tests.bed.test_retirement_on_bed import Ctx, pods_of, retire_routerless, scale
+from tests.bed.conftest import Ctx, create_md
+from tests.bed.support import pods_of, retire_routerless, scale
 from tests.helpers import eventually_async, eventually_in_thread, model_deployment
 from tests.helpers.retirements import end_retirement
 from worker.build import build_worker

@@ -59,10 +59,10 @@ from retirement.names import (
 from retirement.phases import Outcome
 from testbed.bed import Bed
 from testbed.procs import Child
-from tests.bed.conftest import create_md
-from tests.bed.test_retirement_on_bed import Ctx, pods_of, scale, serving
+from tests.bed.conftest import Ctx, create_md
+from tests.bed.support import pods_of, scale, serving
 from tests.helpers import eventually, eventually_in_thread, model_deployment
-from tests.offline.test_deploy_manifests import (
+from tests.helpers.deploy_render import (
     CLUSTER_WIDE,
     LEASE,
     LLMD_ACCOUNT,

@@ -17,24 +17,14 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import threading
 import time
-from typing import Any
 
-import httpx
 import pytest
 
 from retirement.budgets import Budgets
 from retirement.phases import Outcome, Phase
-from tests.bed.conftest import Ctx, create_md
-from tests.bed.test_retirement_on_bed import (
-    Witness,
-    pods_of,
-    retire_routerless,
-    serving,
-    wait_state,
-)
-from tests.helpers import model_deployment
+from tests.bed.conftest import Ctx
+from tests.bed.support import Straggler, Witness, deploy_engine, retire_routerless, wait_state
 
 pytestmark = [pytest.mark.bed, pytest.mark.asyncio(loop_scope="session")]
 
@@ -45,45 +35,13 @@ def _no_selection() -> set[str]:
     return set()  # router-less: only the Pod's delete is witnessed
 
 
-async def _deploy(ctx: Ctx, name: str, *, engine: str, args: list[str], **op: Any) -> Any:
-    version = "0.5.21" if engine == "SGLang" else "0.29.0"
-    create_md(
-        ctx.bed.api_client(),
-        ctx.ns,
-        model_deployment(name, engine=engine, version=version, replicas=2, extra_args=args),
-    )
-    ctx.bed.operator(ctx.ns, **op)
-    await asyncio.to_thread(serving, ctx, name, 2)
-    return pods_of(ctx, name, 1)[0]
-
-
-class Straggler(threading.Thread):
-    """One request sent straight to the victim's address (a client that kept a connection
-    open past the withdrawal), stamping when it ended and how."""
-
-    def __init__(self, url: str, body: dict[str, Any]) -> None:
-        super().__init__(daemon=True)
-        self._url, self._body = url, body
-        self.status: int | None = None
-        self.ended_at: float | None = None
-        self.error = ""
-
-    def run(self) -> None:
-        try:
-            with httpx.Client(trust_env=False, timeout=60) as http:
-                self.status = http.post(self._url, json=self._body).status_code
-        except httpx.HTTPError as e:
-            self.error = type(e).__name__
-        self.ended_at = time.monotonic()
-
-
 async def test_a_request_sglangs_gauges_do_not_show_yet_keeps_the_replica(ctx: Ctx) -> None:
     """Decode steps of 0.1 s: a request admitted into the idle engine stays out of the
     gauges for ~4 s (40 steps), and its counters move only when it ends after 6 s, so two
     drain reads 1 s apart by the gauge rule alone read idle with unchanged counters while it
     runs.  The per-step counter moves between them: the drain waits for the request."""
     name = "sglag"
-    victim = await _deploy(
+    victim = await deploy_engine(
         ctx, name, engine="SGLang", args=[], request_seconds=6.0, step_seconds=0.1
     )
     handle = await retire_routerless(ctx, name, budgets=BUDGETS, quiet_s=0.5)
@@ -124,7 +82,7 @@ async def test_a_stream_still_being_sent_keeps_the_replica(ctx: Ctx) -> None:
     long before (gauges 0, counters moved once), so the gauge rule reads idle twice with
     unchanged counters mid-stream.  The exact count holds the drain until the last byte."""
     name = "vtail"
-    victim = await _deploy(
+    victim = await deploy_engine(
         ctx, name, engine="vLLM", args=["--enable-server-load-tracking"], request_seconds=0.3
     )
     handle = await retire_routerless(ctx, name, budgets=BUDGETS, quiet_s=0.5)

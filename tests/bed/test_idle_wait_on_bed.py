@@ -20,8 +20,7 @@ from activities.oneshot import SCRIPT, WAIT_SCRIPT
 from retirement.budgets import Budgets
 from retirement.phases import Outcome
 from tests.bed.conftest import Ctx
-from tests.bed.test_drain_lag_on_bed import Straggler, _deploy
-from tests.bed.test_retirement_on_bed import Witness, retire_routerless
+from tests.bed.support import Straggler, Witness, deploy_engine, retire_routerless
 
 pytestmark = [pytest.mark.bed, pytest.mark.asyncio(loop_scope="session")]
 
@@ -47,7 +46,7 @@ def execs_into(ctx: Ctx, pod: str) -> list[str]:
 
 async def test_a_busy_router_less_replica_is_waited_for_in_its_container(ctx: Ctx) -> None:
     name = "vwait"
-    victim = await _deploy(
+    victim = await deploy_engine(
         ctx,
         name,
         engine="vLLM",

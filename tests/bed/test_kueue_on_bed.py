@@ -25,13 +25,7 @@ from retirement.phases import Outcome, Phase
 from testbed.standin_operator import StandInOperator
 from testbed.standin_workloads import KUEUE_GROUP, POD_FINALIZER, WORKLOADS, PodGroupWorkloads
 from tests.bed.conftest import Ctx, create_md
-from tests.bed.test_retirement_on_bed import (
-    phase_durations,
-    pods_of,
-    retire_routerless,
-    serving,
-    wait_state,
-)
+from tests.bed.support import phase_durations, pods_of, retire_routerless, serving, wait_state
 from tests.helpers import eventually, eventually_in_thread, model_deployment
 from workflows.retirement import RetirementWorkflow
 

@@ -31,7 +31,7 @@ from retirement.phases import Outcome, Phase
 from testbed.bed import ROUTERS
 from testbed.standin_operator import router_pod_name
 from tests.bed.conftest import Ctx
-from tests.bed.test_retirement_on_bed import (
+from tests.bed.support import (
     Witness,
     deploy,
     finish,

@@ -23,7 +23,7 @@ from testbed.bed import Bed
 from testbed.procs import Child
 from testbed.worker_process import start_worker_process
 from tests.bed.conftest import Ctx
-from tests.bed.test_retirement_on_bed import _one_request, deploy, pods_of, retire, until
+from tests.bed.support import deploy, one_request, pods_of, retire, until
 from tests.helpers import eventually_in_thread
 from worker.build import Serves
 
@@ -101,7 +101,7 @@ async def test_the_activities_process_killed_mid_drain_and_replaced_still_comple
     await deploy(ctx, "split-kill", request_seconds=8.0)
     victim = pods_of(ctx, "split-kill", 1)[0]
     keep = {p.metadata.uid for p in pods_of(ctx, "split-kill", 0)}
-    busy = asyncio.create_task(asyncio.to_thread(_one_request, victim.status.pod_ip))
+    busy = asyncio.create_task(asyncio.to_thread(one_request, victim.status.pod_ip))
     await asyncio.sleep(0.5)  # the request is in the engine: the drain must wait for it
     handle = await retire(ctx, "split-kill", 1)
     await until(handle, lambda s: s.phase is Phase.DRAINING, timeout=60)

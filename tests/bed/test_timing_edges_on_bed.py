@@ -39,25 +39,27 @@ from retirement.models import (
 )
 from retirement.names import LABEL_ELIGIBLE
 from retirement.phases import Outcome, Phase, Verdict
-from tests.bed import test_watcher_on_bed as watcher_bed
 from tests.bed.conftest import Ctx
-from tests.bed.test_retirement_on_bed import (
+from tests.bed.support import (
+    WatchCtx,
     deploy,
     finish,
     pods_of,
     retire,
+    runs,
     scale,
+    state,
     until,
     wait_state,
+    wctx,
 )
-from tests.bed.test_watcher_on_bed import WatchCtx, runs, state
 from tests.helpers import eventually_async, eventually_in_thread
 from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow
 
 pytestmark = [pytest.mark.bed, pytest.mark.asyncio(loop_scope="session")]
 
-wctx = watcher_bed.wctx  # the watcher tests' fixture: a worker, and watchers on demand
+__all__ = ["wctx"]  # the watcher tests' fixture: a worker, and watchers on demand
 
 #: How long the API server stays stalled after the restore was scheduled: past the
 #: restore's own deadline (``workflows.options.RESTORE_BUDGET``, 30 s).

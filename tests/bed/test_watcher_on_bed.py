@@ -9,94 +9,41 @@ import os
 import re
 import signal
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import httpx
 import pytest
 from kubernetes import client
-from temporalio.client import Client
-from temporalio.testing import WorkflowEnvironment
 
-from activities import Kube
 from retirement.budgets import Budgets
 from retirement.models import AbortRequest, IntentKind, RetirementState, workflow_id_for
 from retirement.names import ANNOTATION_RETRY, GROUP, LABEL_ELIGIBLE, PLURAL, VERSION
 from retirement.phases import Outcome, Phase
-from testbed.bed import Bed
 from testbed.procs import Child
-from tests.bed.conftest import create_md
-from tests.bed.test_retirement_on_bed import Ctx, pods_of, retire_routerless, scale, serving
+from tests.bed.conftest import Ctx, create_md
+from tests.bed.support import (
+    WatchCtx,
+    pods_of,
+    retire_routerless,
+    runs,
+    scale,
+    serving,
+    state,
+    wctx,
+)
 from tests.helpers import eventually_async, eventually_in_thread, model_deployment, role
-from worker.__main__ import build_worker
 from workflows.retirement import RetirementWorkflow
 
 pytestmark = [pytest.mark.bed, pytest.mark.asyncio(loop_scope="session")]
+__all__ = ["wctx"]  # the fixture, shared
 
 T = TypeVar("T")
-
-BUDGETS = (
-    '{"overall_s": 60, "withdrawal_s": 15, "drain_s": 8, "settle_s": 15, "poll_interval_s": 0.5}'
-)
 
 #: The loaded scale-down's budgets: a drain that outlasts requests of up to 5 s.
 LOADED_BUDGETS = (
     '{"overall_s": 120, "withdrawal_s": 15, "drain_s": 45, "settle_s": 15, "poll_interval_s": 0.5}'
 )
-
-
-@dataclass
-class WatchCtx(Ctx):
-    target: str = ""
-    watchers: list[Child] = field(default_factory=list)
-
-    def watcher(self, *extra: str, name: str = "watcher") -> Child:
-        child = self.bed.watcher(
-            address=self.target,
-            task_queue=self.queue,
-            watch_namespace=self.ns,
-            extra=(
-                "--budgets",
-                BUDGETS,
-                "--routerless-policy",
-                "quiet-window",
-                "--quiet-window",
-                "0.5",
-                *extra,
-            ),
-            name=name,
-            log_path=self.bed.state_dir / "logs" / f"{name}-{self.ns}.log",
-        )
-        self.watchers.append(child)
-        return child
-
-
-@pytest.fixture
-async def wctx(
-    bed: Bed,
-    dev_env: WorkflowEnvironment,
-    namespace: str,
-) -> AsyncIterator[WatchCtx]:
-    queue = f"retire-{uuid.uuid4().hex[:8]}"
-    kube = Kube.from_config(kubeconfig=str(bed.cp.kubeconfig))
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        async with build_worker(dev_env.client, task_queue=queue, kube=kube, executor=pool):
-            ctx = WatchCtx(
-                bed=bed,
-                client=dev_env.client,
-                queue=queue,
-                core=client.CoreV1Api(bed.api_client()),
-                ns=namespace,
-                target=dev_env.client.service_client.config.target_host,
-            )
-            try:
-                yield ctx
-            finally:
-                for w in ctx.watchers:
-                    w.stop(timeout=5)
 
 
 async def bed_read(check: Callable[[], T | None], *, what: str, timeout: float = 60) -> T:
@@ -131,16 +78,6 @@ async def until_state(
         what=f"retirement of {name} reaching the wanted state",
         ignore=(Exception,),
     )
-
-
-async def runs(client_: Client, wid: str) -> list[Any]:
-    return [w async for w in client_.list_workflows(f"WorkflowId = '{wid}'")]
-
-
-async def state(ctx: Ctx, name: str) -> RetirementState:
-    h = ctx.client.get_workflow_handle(workflow_id_for(namespace=ctx.ns, deployment=name))
-    st: RetirementState = await h.query(RetirementWorkflow.state)
-    return st
 
 
 async def test_scale_3_to_1_retires_two_replicas_one_after_the_other(wctx: WatchCtx) -> None:

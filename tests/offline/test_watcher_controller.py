@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Any
-
-import pytest
 
 from kube.errors import Expired
 from kube.objects import Pod
@@ -20,67 +17,27 @@ from kube.watching import WatchEvent
 from retirement.models import workflow_id_for
 from retirement.names import LABEL_ELIGIBLE
 from retirement.phases import Outcome, Phase
-from tests.helpers import eventually_async
 from tests.helpers.fake_kube import member_pod
-from tests.helpers.fake_source import FakeSource
 from tests.helpers.fake_temporal import rpc_error
+from tests.helpers.running_controller import Running, running, until
 from tests.helpers.watcher_world import (
     MD,
     NS,
     WID,
     Clock,
-    World,
     add_md,
     add_replicas,
     make_world,
     request,
 )
-from watcher.controller import Controller
 from watcher.fleet import Fleet, decode_deployment
 from watcher.informer import Changed, Delta, Informer, Listed
-from watcher.metrics import Health
 from watcher.reconcile import WatcherSettings
 from watcher.running import QUERY, WORKFLOW_TYPE, RunningSet, deployment_of
 from watcher.workqueue import WorkQueue
 from workflows.retirement import RetirementWorkflow
 
-
-@dataclass
-class Running:
-    world: World
-    source: FakeSource
-    controller: Controller
-    health: Health
-    stop: threading.Event
-
-    def reconciled(self) -> float:
-        return self.world.metric("retire_watcher_reconciles_total")
-
-
-@pytest.fixture
-async def running() -> AsyncIterator[Callable[..., Awaitable[Running]]]:
-    started: list[tuple[threading.Event, asyncio.Task[None]]] = []
-
-    async def start(world: World | None = None, **kw: Any) -> Running:
-        w = world or make_world()
-        source, health, stop = FakeSource(w.kube), Health(), threading.Event()
-        ctl = Controller(
-            rec=w.rec, source=source, health=health, refresh_s=0.05, resync_s=3600, **kw
-        )
-        task = asyncio.create_task(ctl.run(stop))
-        started.append((stop, task))
-        return Running(w, source, ctl, health, stop)
-
-    yield start
-    for stop, task in started:
-        stop.set()
-        await asyncio.wait_for(task, 5)
-
-
-async def until(check: Callable[[], Any], what: str, timeout: float = 5) -> Any:
-    return await eventually_async(
-        lambda: asyncio.sleep(0, result=check()), what=what, timeout=timeout, interval=0.01
-    )
+__all__ = ["running"]  # the fixture, shared
 
 
 # ---------------------------------------------------------------- the controller

@@ -27,6 +27,7 @@ from temporalio.service import RPCStatusCode
 from retirement.models import workflow_id_for
 from retirement.phases import Outcome, Phase
 from tests.helpers.fake_temporal import FakeListed, rpc_error
+from tests.helpers.running_controller import Running, running, until
 from tests.helpers.watcher_world import (
     NS,
     World,
@@ -35,7 +36,6 @@ from tests.helpers.watcher_world import (
     make_world,
     request,
 )
-from tests.offline.test_watcher_controller import Running, running, until
 from watcher.metrics import WatcherMetrics
 from watcher.running import RunningSet, holds
 from workflows.mirror import SA_OUTCOME

@@ -29,9 +29,9 @@ from retirement.models import RetirementRequest, workflow_id_for
 from retirement.phases import Outcome, Phase
 from testbed.paths import venv_bin
 from tests.helpers import eventually_async
+from tests.helpers.dev_server import running, start, until
 from tests.helpers.retirements import end_retirement
 from tests.workflows.fakes import FakeWorld
-from tests.workflows.test_operating_on_dev_server import running, start, until
 from workflows.mirror import SEARCH_ATTRIBUTES, initial_search_attributes
 from workflows.retirement import RetirementWorkflow
 

@@ -7,72 +7,26 @@ import asyncio
 import json
 import subprocess
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
 from cli.main import main as retire_cli
-from retirement.models import AbortRequest, RetirementRequest, RetirementState, workflow_id_for
+from retirement.models import AbortRequest, RetirementState, workflow_id_for
 from retirement.phases import Outcome, Phase
 from testbed.paths import venv_bin
 from tests.helpers import eventually_async, model_deployment
+from tests.helpers.dev_server import running, start, until
 from tests.helpers.fake_kube import FakeKube, member_pod
 from tests.helpers.retirements import end_retirement
 from tests.workflows.fakes import FakeWorld
 from watcher.metrics import WatcherMetrics
 from watcher.reconcile import Reconciler, WatcherSettings
-from workflows import story
-from workflows.options import HEARTBEAT_THROTTLE
-from workflows.retirement import RetirementWorkflow, initial_search_attributes
+from workflows.retirement import RetirementWorkflow
 
 pytestmark = [pytest.mark.devserver, pytest.mark.asyncio(loop_scope="session")]
-
-
-@pytest.fixture
-async def running(dev_env: WorkflowEnvironment) -> AsyncIterator[tuple[Client, FakeWorld, str]]:
-    world = FakeWorld()
-    queue = f"tq-{uuid.uuid4().hex[:8]}"
-    async with Worker(
-        dev_env.client,
-        task_queue=queue,
-        workflows=[RetirementWorkflow],
-        activities=world.activities(),
-        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-    ):
-        yield dev_env.client, world, queue
-
-
-async def start(client: Client, queue: str, **kw: Any) -> WorkflowHandle[Any, RetirementState]:
-    req = RetirementRequest(
-        namespace="ops", deployment=f"md-{uuid.uuid4().hex[:6]}", role="server", ordinal=1, **kw
-    )
-    return await client.start_workflow(
-        RetirementWorkflow.run,
-        req,
-        id=workflow_id_for(namespace="ops", deployment=req.deployment),
-        task_queue=queue,
-        result_type=RetirementState,
-        search_attributes=initial_search_attributes(req),
-        static_summary=story.summary(req),
-        static_details=story.details(req),
-    )
-
-
-async def until(
-    handle: WorkflowHandle[Any, RetirementState], phase: Phase, outcome: Outcome | None = None
-) -> RetirementState:
-    """Query the retirement until it is in ``phase`` (with ``outcome``, when given)."""
-    return await eventually_async(
-        lambda: handle.query(RetirementWorkflow.state),
-        accept=lambda st: st.phase is phase and (outcome is None or st.outcome is outcome),
-        what=f"retirement in {phase} {outcome or ''}",
-        timeout=15,
-        interval=0.05,
-    )
+__all__ = ["running"]  # the fixture, shared
 
 
 async def temporal(dev_env: WorkflowEnvironment, *args: str) -> subprocess.CompletedProcess[str]:

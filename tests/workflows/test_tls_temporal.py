@@ -39,8 +39,8 @@ from testbed.paths import REPO_ROOT, venv_bin
 from testbed.pki import make_client_cert, make_pki
 from testbed.tls_front import FrontConnection, TlsFront
 from tests.helpers import eventually, eventually_async
+from tests.helpers.dev_server import start
 from tests.workflows.fakes import FakeWorld
-from tests.workflows.test_operating_on_dev_server import start
 from watcher.retirements import Retirements
 from watcher.running import RunningSet
 from workflows.options import HEARTBEAT_THROTTLE

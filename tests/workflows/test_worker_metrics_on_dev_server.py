@@ -18,9 +18,9 @@ from connection.client import connect
 from connection.settings import ConnectionSettings
 from retirement.phases import Outcome, Phase
 from tests.helpers import eventually_async
+from tests.helpers.dev_server import start, until
 from tests.helpers.retirements import end_retirement
 from tests.workflows.fakes import FakeWorld
-from tests.workflows.test_operating_on_dev_server import start, until
 from worker.telemetry import runtime_serving_metrics
 from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow
