@@ -142,6 +142,8 @@ class WithdrawPolls:
         self.holding: MemberTarget | None = None
         self.busy_spacing = inp.poll_interval_s
         self.idle_wait = IdleWait(api, inp.target, wait_slots() if waits is None else waits)
+        measured = [m for m in inp.target.members if m.measured]
+        self.exact = bool(measured) and all(m.exact_load for m in measured)
 
     def details(self, obs: Observation) -> WithdrawProgress:
         return WithdrawProgress(polls=obs.polls, removal_requested=sorted(self.requested), last=obs)
@@ -273,6 +275,13 @@ class WithdrawPolls:
             base_s=min(inp.poll_interval_s, max(inp.quiet_window_s, FIRST_REPOLL_S)),
             left_s=seconds_left(inp.deadline),
         )
+        if not strained and self.quiet.counters is not None and self.exact:
+            # A window runs, and every measured member counts exactly: the read when the
+            # window can end proves as much as one every second would (the counters are
+            # monotonic: a request that came and went moved them; one still held shows
+            # in the count), so none is made in between.
+            until_end = inp.quiet_window_s - (time.monotonic() - self.quiet.since)
+            self.spacing = max(self.spacing, until_end)
         return self.spacing
 
 

@@ -5,6 +5,7 @@ idle, leaves the plain spacing in place."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -212,3 +213,33 @@ def test_the_quiet_window_pauses_plain_after_a_wait_the_read_disagreed_with(
     obs: Observation = recording_env([]).run(RetirementActivities(kube).withdraw, inp)
     assert obs.verdict is Verdict.VERIFIED
     assert engine.seen == ["read", "wait", "read", "read", "wait", "read", "read"]
+
+
+def test_a_running_quiet_window_of_exact_members_is_read_again_when_it_can_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Counters are monotonic and the count exact: a read when the window can end proves
+    what a read each poll interval would, so none is made in between (a default 10 s
+    window cost ten reads; on a fleet that goes idle at once, each one an exec in the
+    herd).  Real waits here, short: a 0.6 s window and a 0.1 s poll interval."""
+    slept: list[float] = []
+
+    def sleep(seconds: float, _details: Any) -> None:
+        slept.append(seconds)
+        time.sleep(seconds)
+
+    monkeypatch.setattr(polling, "wait_heartbeating", sleep)
+    kube, target = admitted(victim(args=FLAG), sibling())
+    engine = Engine(0)
+    kube.script_exec("llm-1", engine)
+    inp = PhaseInput(
+        target=target,
+        deadline=datetime.now(UTC) + timedelta(seconds=30),
+        poll_interval_s=0.1,
+        routerless_policy=RouterlessPolicy.QUIET_WINDOW,
+        quiet_window_s=0.6,
+    )
+    obs: Observation = recording_env([]).run(RetirementActivities(kube).withdraw, inp)
+    assert obs.verdict is Verdict.VERIFIED, obs.reason
+    assert engine.seen == ["read", "read"], engine.seen
+    assert len(slept) == 1 and 0.5 < slept[0] <= 0.6, slept
