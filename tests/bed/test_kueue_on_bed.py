@@ -93,18 +93,30 @@ def hold(ctx: Ctx, w: dict[str, Any]) -> None:
 
 
 def release(ctx: Ctx, name: str) -> None:
-    w = read(ctx, name)
-    assert w is not None
-    fins = w["metadata"]["finalizers"]
-    i = fins.index(HOLD)
-    patch_workload(
-        ctx,
-        w,
-        [
-            {"op": "test", "path": f"/metadata/finalizers/{i}", "value": HOLD},
-            {"op": "remove", "path": f"/metadata/finalizers/{i}"},
-        ],
-    )
+    """Remove this test's finalizer.  Its index is read first and tested in the patch; the
+    stand-in Kueue removes its own finalizer from a deleted Workload meanwhile, which moves
+    the index and fails the test (422: seen once in CI), so a failed test reads again."""
+
+    def once() -> bool:
+        w = read(ctx, name)
+        assert w is not None
+        i = w["metadata"]["finalizers"].index(HOLD)
+        try:
+            patch_workload(
+                ctx,
+                w,
+                [
+                    {"op": "test", "path": f"/metadata/finalizers/{i}", "value": HOLD},
+                    {"op": "remove", "path": f"/metadata/finalizers/{i}"},
+                ],
+            )
+        except client.ApiException as e:
+            if e.status != 422:
+                raise
+            return False
+        return True
+
+    eventually(once, what=f"finalizer {HOLD} removed from {name}", timeout=20)
 
 
 async def deploy(ctx: Ctx, name: str, *, per_role: bool = False) -> StandInOperator:
