@@ -215,11 +215,12 @@ def test_an_external_dp_group_needs_every_rank_idle() -> None:
 
 
 def test_a_member_still_busy_at_the_deadline_reads_unknown() -> None:
+    # A 1 s budget: with 0.1 s, one poll on a loaded CI machine once took it all (polls=1).
     kube, target = admitted()
     kube.script_exec("llm-1", busy(2))
     started = time.monotonic()
-    obs = drain(kube, target, seconds=0.1)
-    assert time.monotonic() - started < 2
+    obs = drain(kube, target, seconds=1.0)
+    assert time.monotonic() - started < 5
     assert obs.verdict is Verdict.UNKNOWN
     assert obs.reason == "llm-1: 2 in flight"
     assert obs.polls >= 2
