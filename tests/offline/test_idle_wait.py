@@ -66,6 +66,21 @@ def drain(kube: FakeKube, target: Target, slots: WorkerSlots | None = None) -> O
     return obs
 
 
+def withdraw(
+    kube: FakeKube, target: Target, *, interval: float = 1.0, window: float = 0.0
+) -> Observation:
+    """The withdrawal activity of a router-less replica under the quiet-window policy."""
+    inp = PhaseInput(
+        target=target,
+        deadline=datetime.now(UTC) + timedelta(seconds=240),
+        poll_interval_s=interval,
+        routerless_policy=RouterlessPolicy.QUIET_WINDOW,
+        quiet_window_s=window,
+    )
+    obs: Observation = recording_env([]).run(RetirementActivities(kube).withdraw, inp)
+    return obs
+
+
 def waits_of(kube: FakeKube) -> list[Any]:
     return [c.args for c in kube.called("exec_pod") if c.args["argv"][2] == WAIT_SCRIPT]
 
@@ -184,14 +199,7 @@ def test_the_router_less_quiet_window_waits_for_a_member_holding_requests(
     kube, target = admitted(victim(args=FLAG), sibling())
     engine = Engine(2, "#busy\t2", 2, "#idle\t1.200", 0, 0)
     kube.script_exec("llm-1", engine)
-    inp = PhaseInput(
-        target=target,
-        deadline=datetime.now(UTC) + timedelta(seconds=240),
-        poll_interval_s=1.0,
-        routerless_policy=RouterlessPolicy.QUIET_WINDOW,
-        quiet_window_s=0.0,
-    )
-    obs: Observation = recording_env([]).run(RetirementActivities(kube).withdraw, inp)
+    obs = withdraw(kube, target)
     assert obs.verdict is Verdict.VERIFIED
     assert engine.seen == ["read", "wait", "read", "wait", "read", "read"]
     assert [w["argv"][5] for w in waits_of(kube)] == ["2.000", "4.000"]
@@ -203,14 +211,7 @@ def test_the_quiet_window_pauses_plain_after_a_wait_the_read_disagreed_with(
     kube, target = admitted(victim(args=FLAG), sibling())
     engine = Engine(2, "#idle\t0.000", 2, 2, "#idle\t0.000", 0, 0)
     kube.script_exec("llm-1", engine)
-    inp = PhaseInput(
-        target=target,
-        deadline=datetime.now(UTC) + timedelta(seconds=240),
-        poll_interval_s=1.0,
-        routerless_policy=RouterlessPolicy.QUIET_WINDOW,
-        quiet_window_s=0.0,
-    )
-    obs: Observation = recording_env([]).run(RetirementActivities(kube).withdraw, inp)
+    obs = withdraw(kube, target)
     assert obs.verdict is Verdict.VERIFIED
     assert engine.seen == ["read", "wait", "read", "read", "wait", "read", "read"]
 
@@ -232,14 +233,7 @@ def test_a_running_quiet_window_of_exact_members_is_read_again_when_it_can_end(
     kube, target = admitted(victim(args=FLAG), sibling())
     engine = Engine(0)
     kube.script_exec("llm-1", engine)
-    inp = PhaseInput(
-        target=target,
-        deadline=datetime.now(UTC) + timedelta(seconds=30),
-        poll_interval_s=0.1,
-        routerless_policy=RouterlessPolicy.QUIET_WINDOW,
-        quiet_window_s=0.6,
-    )
-    obs: Observation = recording_env([]).run(RetirementActivities(kube).withdraw, inp)
+    obs = withdraw(kube, target, interval=0.1, window=0.6)
     assert obs.verdict is Verdict.VERIFIED, obs.reason
     assert engine.seen == ["read", "read"], engine.seen
     assert len(slept) == 1 and 0.5 < slept[0] <= 0.6, slept
