@@ -8,9 +8,11 @@ on ``stop()`` or at interpreter exit.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import ssl
 import sys
 import time
@@ -471,3 +473,36 @@ def hostile_execs(work_dir: Path) -> list[dict[str, Any]]:
         }
         for name, mode in HOSTILE_EXECS.items()
     ]
+
+
+def hostile_exec_processes() -> list[int]:
+    """The hostile ``python3`` processes running now (read from /proc: their environment
+    carries ``BED_HOSTILE_PYTHON3``)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if any(v.startswith(b"BED_HOSTILE_PYTHON3=") for v in env.split(b"\0")):
+            found.append(int(pid))
+    return found
+
+
+def kill_hostile_execs(timeout: float = 10.0) -> int:
+    """Kill the hostile execs still running, as a kubelet would with their Pods' containers;
+    returns how many there were.  kwok runs an exec as a process of its own host and leaves
+    it when the Pod goes: measured, a flooding ``python3`` ran on through the next tests,
+    kwok draining its output at about half a core."""
+    pids = hostile_exec_processes()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while (left := hostile_exec_processes()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if left:
+        raise RuntimeError(f"hostile exec processes {left} outlived SIGKILL for {timeout:g} s")
+    return len(pids)

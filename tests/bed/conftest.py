@@ -16,6 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 from activities import Kube
 from retirement.names import GROUP, PLURAL, VERSION
 from testbed.bed import Bed
+from testbed.controlplane import kill_hostile_execs
 from testbed.paths import REPO_ROOT
 from testbed.procs import exit_on_sigterm
 from worker.__main__ import build_worker
@@ -58,9 +59,13 @@ def create_md(api: client.ApiClient, namespace: str, manifest: dict[str, Any]) -
 @pytest.fixture(autouse=True)
 def _stop_what_the_test_started(bed: Bed) -> Iterator[None]:
     """Stop the stand-in operators and routers a test started, so the session's bed does
-    not accumulate pollers (they would load the API server and starve later tests)."""
+    not accumulate pollers (they would load the API server and starve later tests), and
+    kill the hostile execs it left (kwok keeps them past their Pods: ten floods left by
+    the hostile-exec tests cost every later test about a core, and CI's loaded
+    scale-down ran twice as long)."""
     operators, routers = len(bed.operators), set(bed.routers)
     yield
+    kill_hostile_execs()
     for op in bed.operators[operators:]:
         op.stop()
     del bed.operators[operators:]

@@ -85,23 +85,6 @@ def hostile_pod(core: client.CoreV1Api, namespace: str, name: str) -> None:
     eventually(ready, what=f"{name} Running", timeout=60, ignore=(Exception,))
 
 
-def hostile_processes(mode: str) -> list[int]:
-    """The processes running with this hostile behaviour now (read from /proc: their
-    environment names it)."""
-    found = []
-    needle = f"BED_HOSTILE_PYTHON3={mode}".encode()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            env = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        if needle in env.split(b"\0"):
-            found.append(int(pid))
-    return found
-
-
 @pytest.mark.parametrize(
     ("name", "why"),
     [

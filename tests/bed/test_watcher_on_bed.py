@@ -21,6 +21,7 @@ from retirement.models import AbortRequest, IntentKind, RetirementState, workflo
 from retirement.names import ANNOTATION_RETRY, GROUP, LABEL_ELIGIBLE, PLURAL, VERSION
 from retirement.phases import Outcome, Phase
 from testbed.procs import Child
+from testbed.standin_operator import router_pod_name
 from tests.bed.conftest import Ctx, create_md
 from tests.bed.support import (
     WatchCtx,
@@ -383,6 +384,7 @@ async def test_scale_down_under_load_fails_no_request(wctx: WatchCtx) -> None:
     wctx.watcher("--budgets", LOADED_BUDGETS)
     load = Load(url, streams=20, min_s=1, max_s=5, max_duration_s=120).start()
     await asyncio.sleep(4)
+    scaled_at = time.time()
     scale(wctx, name, 1)
     try:
         await bed_read(lambda: not pods_of(wctx, name, 1), what="replica retired", timeout=90)
@@ -398,7 +400,30 @@ async def test_scale_down_under_load_fails_no_request(wctx: WatchCtx) -> None:
     print(f"\nwatcher-driven scale-down under load: {ok} ok, {failed} failed {dict(load.failures)}")
     # On a failure: what answered (the router or an engine) and when, beside the timeline.
     st = await until_state(wctx, name, lambda st: st.outcome is not Outcome.RUNNING)
+    if failed:
+        print(f"failures, seconds after the scale-down: {failure_times(load, scaled_at)}")
+        print(f"retirement: {st.reasons}")
+        print(router_events(wctx.bed.routers[router_pod_name(name)]))
     assert ok > 20 and failed == 0, (load.samples, st.reasons)
+
+
+def failure_times(load: Any, since: float) -> list[str]:
+    """Each sampled failure of ``load``: seconds after ``since``, its kind and answer."""
+    return [f"+{at - since:.3f}s {kind} {detail[:80]}" for at, kind, detail in load.samples]
+
+
+def router_events(router: Child) -> str:
+    """What a router logged about its workers (not its request lines): adds, removals,
+    health and circuit changes, with their times, to set beside a failure's."""
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", router.log_tail(100_000))
+    keep = [
+        line[:240]
+        for line in plain.splitlines()
+        if "http_request{" not in line
+        and ("workflow::event" not in line or "Workflow started" in line)
+        and "tokenizer" not in line
+    ]
+    return "\n".join(keep[-80:])
 
 
 async def test_departed_role_is_retired_replica_by_replica(wctx: WatchCtx) -> None:
