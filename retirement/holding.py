@@ -39,7 +39,7 @@ from retirement.vocabulary import (
 )
 
 
-def _restored(p: P, e: Restored) -> Decision:
+def _restored(p: P, e: Restored) -> Decision[P]:
     """Level-based: a member the restore must put back counts as back only when this
     round confirmed it (``restored``) or found it gone; anything else is unrestored,
     including a member the round never reached ("nothing was done" is never success)."""
@@ -91,7 +91,7 @@ def _abandon_due(p: Progress, at: datetime) -> bool:
     return p.end_asked_at is not None and at >= p.end_asked_at + ABANDON_AFTER
 
 
-def _abandon(p: P) -> Decision:
+def _abandon(p: P) -> Decision[P]:
     """The hold was asked to end and members are still not back after ``ABANDON_AFTER``:
     end, naming them (status.retirement stays, with a Warning Event and an alert)."""
     names = ", ".join(sorted(p.unrestored)) or "(routers' re-reads not done)"
@@ -105,7 +105,7 @@ def _abandon(p: P) -> Decision:
     return Decision(progress=q, action=Finish(Outcome.ABANDONED, clear=False))
 
 
-def _hold(p: P, at: datetime) -> Decision:
+def _hold(p: P, at: datetime) -> Decision[P]:
     """Hold; wake up for what is due: members still to put back (after a backoff), a
     router re-read after a confirmation by time, the abandon bound of an ended hold."""
     due: list[datetime] = []
@@ -129,7 +129,7 @@ def _hold(p: P, at: datetime) -> Decision:
 MIN_WAIT = timedelta(seconds=1)
 
 
-def _hold_ended(p: P) -> Decision:
+def _hold_ended(p: P) -> Decision[P]:
     """A cancel-intent with every member back ends the retirement (capacity retained); a
     retry token starts a fresh attempt (its own admission and restore take over)."""
     if p.cancel_intent is not None:
@@ -140,7 +140,7 @@ def _hold_ended(p: P) -> Decision:
     return Decision(progress=q, action=StartAttempt(p.retry_token))
 
 
-def _abort_requested(p: P, e: AbortRequested) -> Decision:
+def _abort_requested(p: P, e: AbortRequested) -> Decision[P]:
     refusal = abort_refusal(p)
     if refusal:
         return Decision(
@@ -150,7 +150,7 @@ def _abort_requested(p: P, e: AbortRequested) -> Decision:
     return Decision(progress=q, reply=f"aborting in phase {p.phase}")
 
 
-def _intent_cancelled(p: P, e: IntentCancelled) -> Decision:
+def _intent_cancelled(p: P, e: IntentCancelled) -> Decision[P]:
     if p.cancel_intent is not None or _ended(p):
         return Decision(progress=p, accepted=False, reply="ignored")
     q = _note(p, f"intent cancelled: {e.reason}", cancel_intent=e.reason, end_asked_at=e.at)
@@ -159,7 +159,7 @@ def _intent_cancelled(p: P, e: IntentCancelled) -> Decision:
     return Decision(progress=q, reply="intent cancelled")
 
 
-def _cancelled(p: P, e: Cancelled) -> Decision:
+def _cancelled(p: P, e: Cancelled) -> Decision[P]:
     """A cancellation (the UI's "Request Cancellation") is an abort that keeps the
     replica: the retirement aborts, restores and holds until a person retries, the intent
     goes away, or the spec declares the replica again (SPEC section 7); it never ends the
@@ -191,7 +191,7 @@ def _cancelled(p: P, e: Cancelled) -> Decision:
     return Decision(progress=q)
 
 
-def _retry_offered(p: P, e: RetryOffered) -> Decision:
+def _retry_offered(p: P, e: RetryOffered) -> Decision[P]:
     decision = decide_retry(
         token=e.token,
         last_consumed=p.last_consumed_retry_token,

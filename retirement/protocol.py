@@ -141,7 +141,7 @@ RERUN_DELAY = timedelta(seconds=5)
 # ----------------------------------------------------------------------------- decide
 
 
-def decide(p: P, event: Event, *, budgets: Budgets) -> Decision:
+def decide(p: P, event: Event, *, budgets: Budgets) -> Decision[P]:
     """The one decision function: ``p`` and ``event`` in, new progress and action out."""
     if isinstance(event, Started):
         return _started(p, event)
@@ -166,13 +166,13 @@ def decide(p: P, event: Event, *, budgets: Budgets) -> Decision:
     return _retry_offered(p, event)
 
 
-def _started(p: P, e: Started) -> Decision:
+def _started(p: P, e: Started) -> Decision[P]:
     if p.started_at is not None:
         return Decision(progress=p, accepted=False, reply="already started")
     return Decision(progress=p.model_copy(update={"started_at": e.at}), action=Admit())
 
 
-def _admission(p: P, e: Admitted | Refused, budgets: Budgets) -> Decision:
+def _admission(p: P, e: Admitted | Refused, budgets: Budgets) -> Decision[P]:
     if p.admitted or p.deadline is not None or _ended(p) or p.restoring or held(p):
         return Decision(progress=p, accepted=False, reply="admission already decided")
     q = p.model_copy(update={"deadline": overall_deadline(admitted_at=e.at, budgets=budgets)})
@@ -195,7 +195,7 @@ def _interruption(p: Progress) -> str:
     return ""
 
 
-def _next(p: P, done: Phase, at: datetime, budgets: Budgets) -> Decision:
+def _next(p: P, done: Phase, at: datetime, budgets: Budgets) -> Decision[P]:
     """``done`` was VERIFIED (or admission bound the target): move on, unless an abort, a
     cancel-intent or the overall deadline says otherwise."""
     why = _interruption(p)
@@ -238,7 +238,7 @@ def _stale(p: Progress, at: datetime, budgets: Budgets) -> str:
     )
 
 
-def _drain_again(p: P, why: str, at: datetime, budgets: Budgets) -> Decision:
+def _drain_again(p: P, why: str, at: datetime, budgets: Budgets) -> Decision[P]:
     """Not deleting on this evidence: read the engines again (Draining stays abortable)."""
     if p.deadline is not None and at >= p.deadline:
         return _restore(p, f"{why}; overall budget exhausted", at, budgets)
@@ -248,13 +248,13 @@ def _drain_again(p: P, why: str, at: datetime, budgets: Budgets) -> Decision:
     )
 
 
-def _restore(p: P, reason: str, at: datetime, budgets: Budgets) -> Decision:
+def _restore(p: P, reason: str, at: datetime, budgets: Budgets) -> Decision[P]:
     q = _enter(p, Phase.ABORTED, at, budgets)
     q = _note(q, f"aborted in {p.phase}: {reason}", restoring=True)
     return Decision(progress=q, action=Restore(reason))
 
 
-def _answered(p: P, e: Answered, budgets: Budgets) -> Decision:
+def _answered(p: P, e: Answered, budgets: Budgets) -> Decision[P]:
     if e.phase is not p.phase or _ended(p) or p.restoring or p.outcome is Outcome.ABORTED:
         return Decision(progress=p, accepted=False, reply=f"stale answer for {e.phase}")
     if p.phase not in WHAT:
@@ -278,7 +278,7 @@ def _answered(p: P, e: Answered, budgets: Budgets) -> Decision:
     return _next(q, p.phase, e.at, budgets)
 
 
-def _unknown(p: P, at: datetime, exhausted: str, budgets: Budgets) -> Decision:
+def _unknown(p: P, at: datetime, exhausted: str, budgets: Budgets) -> Decision[P]:
     """UNKNOWN holds: never a step forward.  Before the phase deadline the activity runs
     again after a short wait; at the deadline the attempt aborts."""
     why = _interruption(p)
@@ -290,7 +290,7 @@ def _unknown(p: P, at: datetime, exhausted: str, budgets: Budgets) -> Decision:
     return Decision(progress=p, action=WaitUntil(min(p.phase_deadline, at + RERUN_DELAY)))
 
 
-def _settled(p: P, e: Answered, budgets: Budgets) -> Decision:
+def _settled(p: P, e: Answered, budgets: Budgets) -> Decision[P]:
     """Settling is after the point of no return: a verdict only says how it ended."""
     if e.verdict is Verdict.VERIFIED:
         q = _enter(
@@ -303,14 +303,14 @@ def _settled(p: P, e: Answered, budgets: Budgets) -> Decision:
     return _unsettled(p, e.at, f"settle unconfirmed: {e.reason}", budgets)
 
 
-def _unsettled(p: P, at: datetime, reason: str, budgets: Budgets) -> Decision:
+def _unsettled(p: P, at: datetime, reason: str, budgets: Budgets) -> Decision[P]:
     q = _enter(
         p.model_copy(update={"outcome": Outcome.COMPLETED_UNSETTLED}), Phase.COMPLETED, at, budgets
     )
     return Decision(progress=_note(q, reason), action=Finish(Outcome.COMPLETED_UNSETTLED))
 
 
-def _deleted(p: P, e: Deleted, budgets: Budgets) -> Decision:
+def _deleted(p: P, e: Deleted, budgets: Budgets) -> Decision[P]:
     if p.phase is not Phase.DELETING or _ended(p):
         return Decision(progress=p, accepted=False, reply="no delete under way")
     if not e.ok:
@@ -322,7 +322,7 @@ def _deleted(p: P, e: Deleted, budgets: Budgets) -> Decision:
     )
 
 
-def _not_deleted(p: P, e: NotDeleted, budgets: Budgets) -> Decision:
+def _not_deleted(p: P, e: NotDeleted, budgets: Budgets) -> Decision[P]:
     """The delete's guard refused before any delete: a definite fault aborts (nothing was
     deleted, so the abort is still possible); anything else drains again, and an abort,
     a cancellation or a cancel-intent kept while Deleting now takes effect."""
@@ -338,7 +338,7 @@ def _not_deleted(p: P, e: NotDeleted, budgets: Budgets) -> Decision:
     return _drain_again(p, f"delete refused: {e.reason}", e.at, budgets)
 
 
-def _woke(p: P, e: Woke, budgets: Budgets) -> Decision:
+def _woke(p: P, e: Woke, budgets: Budgets) -> Decision[P]:
     if (
         not p.admitted
         and p.deadline is None

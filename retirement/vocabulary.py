@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Generic
 
 from retirement.phases import Outcome, Phase, Verdict
-from retirement.progress import Progress
+from retirement.progress import P
 from retirement.retry import RetryDecision
 
 # ----------------------------------------------------------------------------- events
@@ -214,7 +215,7 @@ Action = Admit | RunPhase | WaitUntil | Delete | Restore | Hold | CarryOn | Fini
 
 
 @dataclass(frozen=True)
-class Decision:
+class Decision(Generic[P]):
     """What ``decide`` returns: the new progress, what to do next, and a reply for the
     handler that delivered the event.
 
@@ -222,7 +223,7 @@ class Decision:
     cancellation, a retry token): they only change the progress, and the running step
     notices through ``interrupted`` or ``hold_ends`` and reports ``Woke``."""
 
-    progress: Progress
+    progress: P
     action: Action | None = None
     reply: str = ""
     accepted: bool = True

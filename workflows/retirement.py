@@ -180,10 +180,9 @@ class RetirementWorkflow:
 
     # ----------------------------------------------------------------- state
 
-    def _apply(self, event: Event) -> Decision:
+    def _apply(self, event: Event) -> Decision[RetirementState]:
         """Feed ``event`` to the protocol, keep its progress, mirror the change."""
         d = decide(self._s, event, budgets=self._s.request.budgets)
-        assert isinstance(d.progress, RetirementState)
         self._s = d.progress.recorded()
         self._note_mirror_failures()
         if not isinstance(d.action, Finish):  # _finish mirrors the final state itself
