@@ -16,7 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 from activities import Kube
 from retirement.names import GROUP, PLURAL, VERSION
 from testbed.bed import Bed
-from testbed.controlplane import kill_hostile_execs
+from testbed.controlplane import hostile_exec_processes, kill_hostile_execs
 from testbed.paths import REPO_ROOT
 from testbed.procs import exit_on_sigterm
 from worker.__main__ import build_worker
@@ -63,6 +63,8 @@ def _stop_what_the_test_started(bed: Bed) -> Iterator[None]:
     kill the hostile execs it left (kwok keeps them past their Pods: ten floods left by
     the hostile-exec tests cost every later test about a core, and CI's loaded
     scale-down ran twice as long)."""
+    running = hostile_exec_processes()
+    assert not running, f"hostile execs {running} outlived an earlier test"
     operators, routers = len(bed.operators), set(bed.routers)
     yield
     kill_hostile_execs()
