@@ -491,9 +491,9 @@ def hostile_exec_processes() -> list[int]:
     return found
 
 
-def kill_hostile_execs(timeout: float = 10.0) -> int:
-    """Kill the hostile execs still running, as a kubelet would with their Pods' containers;
-    returns how many there were.  kwok runs an exec as a process of its own host and leaves
+def kill_hostile_execs(timeout: float = 10.0) -> None:
+    """Kill the hostile execs still running, as a kubelet would with their Pods' containers.
+    kwok runs an exec as a process of its own host and leaves
     it when the Pod goes: measured, a flooding ``python3`` ran on through the next tests,
     kwok draining its output at about half a core."""
     pids = hostile_exec_processes()
@@ -505,4 +505,3 @@ def kill_hostile_execs(timeout: float = 10.0) -> int:
         time.sleep(0.05)
     if left:
         raise RuntimeError(f"hostile exec processes {left} outlived SIGKILL for {timeout:g} s")
-    return len(pids)

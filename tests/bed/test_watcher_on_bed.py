@@ -20,6 +20,7 @@ from retirement.budgets import Budgets
 from retirement.models import AbortRequest, IntentKind, RetirementState, workflow_id_for
 from retirement.names import ANNOTATION_RETRY, GROUP, LABEL_ELIGIBLE, PLURAL, VERSION
 from retirement.phases import Outcome, Phase
+from testbed.load import Load
 from testbed.procs import Child
 from testbed.standin_operator import router_pod_name
 from tests.bed.conftest import Ctx, create_md
@@ -369,8 +370,6 @@ async def test_two_watchers_one_acts_and_failover(wctx: WatchCtx) -> None:
 async def test_scale_down_under_load_fails_no_request(wctx: WatchCtx) -> None:
     """The headline: 20 streams of 1-5 s requests through the real SGLang gateway while
     the watcher retires a replica; not one request fails."""
-    from testbed.load import Load
-
     name = "loaded"
     create_md(
         wctx.bed.api_client(), wctx.ns, model_deployment(name, replicas=2, router="sglang-gateway")
@@ -407,7 +406,7 @@ async def test_scale_down_under_load_fails_no_request(wctx: WatchCtx) -> None:
     assert ok > 20 and failed == 0, (load.samples, st.reasons)
 
 
-def failure_times(load: Any, since: float) -> list[str]:
+def failure_times(load: Load, since: float) -> list[str]:
     """Each sampled failure of ``load``: seconds after ``since``, its kind and answer."""
     return [f"+{at - since:.3f}s {kind} {detail[:80]}" for at, kind, detail in load.samples]
 
