@@ -23,13 +23,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--minutes", type=float, default=15.0, help="how long actions are drawn")
     p.add_argument("--deployments", type=int, default=12)
+    p.add_argument("--pace", type=float, default=4.0, help="mean seconds between actions")
     p.add_argument("--settle", type=float, default=240.0, help="seconds to converge after")
     p.add_argument("--streams", type=int, default=3, help="request streams per routed deployment")
     p.add_argument(
         "--mode",
         choices=MODES,
         default="product",
-        help="product: the watcher and worker retire; plain: Pods deleted at once (baseline)",
+        help="product: the watcher and worker retire; baselines: plain (Pods deleted at "
+        "once), prestop (Pods deleted with a 5 s preStop sleep and 30 s grace)",
     )
     p.add_argument(
         "--routerless-policy",
@@ -39,14 +41,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--out", type=Path, default=REPO_ROOT / "chaos" / "results")
     a = p.parse_args(argv)
-    if a.minutes <= 0 or a.deployments < 1 or a.settle <= 0 or a.streams < 1:
-        p.error("--minutes, --settle must be positive; --deployments, --streams at least 1")
+    if a.minutes <= 0 or a.deployments < 1 or a.settle <= 0 or a.streams < 1 or a.pace <= 0:
+        p.error("--minutes, --settle, --pace must be positive; --deployments, --streams at least 1")
     return a
 
 
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
-    plan = draw(seed=a.seed, seconds=a.minutes * 60, deployments=a.deployments)
+    plan = draw(seed=a.seed, seconds=a.minutes * 60, deployments=a.deployments, pace=a.pace)
     exit_on_sigterm()  # a timeout's SIGTERM still stops the bed
     bed = Bed(state_dir=REPO_ROOT / ".bed" / "chaos")
     try:

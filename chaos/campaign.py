@@ -27,23 +27,42 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from chaos import audit as audit_log
 from chaos.audit import WORKER_AGENT
-from chaos.oracle import ClientFailure, Fault, Journal, Settled, converged, judge
-from chaos.schedule import METRICS_FAULTS, Action, Plan
+from chaos.oracle import ClientFailure, Fault, Journal, Rest, Settled, converged, judge
+from chaos.schedule import METRICS_FAULTS, Action, Deployment, Plan
 from retirement.models import RetirementState
-from retirement.names import GROUP, LABEL_ELIGIBLE, LABEL_INSTANCE, LABEL_ORDINAL, PLURAL, VERSION
+from retirement.names import (
+    ANNOTATION_RETRY,
+    GROUP,
+    LABEL_ELIGIBLE,
+    LABEL_INSTANCE,
+    LABEL_ORDINAL,
+    PLURAL,
+    VERSION,
+)
 from retirement.phases import Outcome
 from testbed.bed import ROUTERS, Bed
 from testbed.load import Load, warm_up
 from testbed.procs import Child, free_port, wait_until
 from testbed.standin_operator import router_pod_name
+from testbed.standin_termination import PodTermination
 from testbed.temporal_dev import TemporalDevConfig, load_config, start_dev_server
 from testbed.worker_process import start_worker_process
 
 QUEUE = "chaos"
 QUERY = "WorkflowType = 'Retirement'"
-#: The baseline's User-Agent: a scale-down that deletes the Pods at once (``plain`` mode).
+#: The baselines' User-Agents: a scale-down that deletes the Pods at once (``plain``), or
+#: gives them their grace period with a preStop sleep (``prestop``).
 PLAIN_AGENT = "plain-scaledown/1"
-MODES = ("product", "plain")
+PRESTOP_AGENT = "prestop-scaledown/1"
+AGENTS = {"product": WORKER_AGENT, "plain": PLAIN_AGENT, "prestop": PRESTOP_AGENT}
+MODES = tuple(AGENTS)
+
+#: Action kinds that must not overlap one another (one key for both).
+EXCLUSIVE = {"kill-apiserver": "apiserver", "stall-apiserver": "apiserver"}
+
+#: What the preStop baseline's Pods carry: the gpustack operator's own preStop settle
+#: (5 s) and grace period (30 s), as the scale-down benchmark's baseline does.
+PRESTOP = PodTermination(prestop_seconds=5, grace_seconds=30)
 
 
 def say(msg: str) -> None:
@@ -51,14 +70,23 @@ def say(msg: str) -> None:
     print(f"[chaos {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def manifest(name: str, engine: str, router: str | None, replicas: int) -> dict[str, Any]:
-    """A one-role ModelDeployment (``router``: the real router program in front of it)."""
+def role(d: Deployment, replicas: int) -> dict[str, Any]:
+    """The deployment's one Server role with ``replicas`` replicas."""
+    out: dict[str, Any] = {"name": "server", "kind": "Server", "replicas": replicas, "size": d.size}
+    if d.args:
+        out["extraArgs"] = list(d.args)
+    return out
+
+
+def manifest(d: Deployment, replicas: int) -> dict[str, Any]:
+    """A one-role ModelDeployment (behind the real router program of the plan, if any)."""
+    engine, name = d.engine, d.name
     spec: dict[str, Any] = {
         "engine": {"name": engine, "version": "0.29.0" if engine == "vLLM" else "0.5.21"},
-        "roles": [{"name": "server", "kind": "Server", "replicas": replicas, "size": 1}],
+        "roles": [role(d, replicas)],
     }
-    if router:
-        spec["router"] = {"kind": ROUTERS[router]}
+    if d.router:
+        spec["router"] = {"kind": ROUTERS[d.router]}
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "ModelDeployment",
@@ -118,11 +146,12 @@ class Run:
     plan: Plan
     target: str
     temporal: Client
-    worker: Child | None  #: None in ``plain`` mode: the product does not run
+    worker: Child | None  #: None in a baseline mode: the product does not run
     watcher: Child | None
     ns: str
-    #: Pods the ``plain`` baseline deleted (its own admission, for the oracle).
-    plain_deleted: set[str] = field(default_factory=set)
+    mode: str = "product"
+    #: Pods a baseline deleted (its own admission, for the oracle).
+    baseline_deleted: set[str] = field(default_factory=set)
     urls: dict[str, str] = field(default_factory=dict)
     loads: dict[str, Load] = field(default_factory=dict)
     faults: list[Fault] = field(default_factory=list)
@@ -158,7 +187,8 @@ class Run:
 
     async def act(self, a: Action) -> None:
         """Carry out one action (a fault runs for its duration; one of a kind at a time)."""
-        key = a.kind if a.target == "*" else f"{a.kind}:{a.target}"
+        kind = EXCLUSIVE.get(a.kind, a.kind)
+        key = kind if a.target == "*" else f"{kind}:{a.target}"
         if key in self._busy:
             return
         self._busy.add(key)
@@ -171,11 +201,8 @@ class Run:
             self._busy.discard(key)
 
     async def _scale(self, a: Action) -> None:
-        body = {
-            "spec": {
-                "roles": [{"name": "server", "kind": "Server", "replicas": int(a.value), "size": 1}]
-            }
-        }
+        dep = next(d for d in self.plan.deployments if d.name == a.target)
+        body = {"spec": {"roles": [role(dep, int(a.value))]}}
         await asyncio.to_thread(
             self.custom.patch_namespaced_custom_object,
             GROUP,
@@ -186,33 +213,37 @@ class Run:
             body,
         )
 
-        if self.worker is None and a.value < self.replicas.get(a.target, 0):
-            await asyncio.to_thread(self._delete_at_once, a.target, int(a.value))
+        if self.mode != "product" and a.value < self.replicas.get(a.target, 0):
+            await asyncio.to_thread(self._baseline_delete, a.target, int(a.value))
         self.replicas[a.target] = int(a.value)
 
-    def _delete_at_once(self, deployment: str, replicas: int) -> None:
-        """The baseline: delete the Pods of every ordinal no longer declared, grace 0 (UID
-        preconditioned, as a careful controller would; nothing waits for anything)."""
+    def _baseline_delete(self, deployment: str, replicas: int) -> None:
+        """A baseline: delete the Pods of every ordinal no longer declared (UID
+        preconditioned, as a careful controller would).  ``plain``: grace 0, nothing waits
+        for anything; ``prestop``: the Pod's own grace period, the emulated kubelet running
+        its preStop sleep, SIGTERM (handled the engine's way) and SIGKILL."""
         api = self.bed.api_client()
-        api.user_agent = PLAIN_AGENT
+        api.user_agent = AGENTS[self.mode]
         core = client.CoreV1Api(api)
         selector = f"{LABEL_INSTANCE}={deployment},{LABEL_ORDINAL}"
         for p in core.list_namespaced_pod(self.ns, label_selector=selector).items:
+            if p.metadata.deletion_timestamp is not None:
+                continue  # already terminating
             if int(p.metadata.labels[LABEL_ORDINAL]) >= replicas:
-                self.plain_deleted.add(p.metadata.uid)
+                self.baseline_deleted.add(p.metadata.uid)
                 with contextlib.suppress(client.ApiException):
                     core.delete_namespaced_pod(
                         p.metadata.name,
                         self.ns,
                         body=client.V1DeleteOptions(
-                            grace_period_seconds=0,
+                            grace_period_seconds=0 if self.mode == "plain" else None,
                             preconditions=client.V1Preconditions(uid=p.metadata.uid),
                         ),
                     )
 
     async def _kill_worker(self, a: Action) -> None:
         if self.worker is None:
-            return  # plain mode: no product process to kill
+            return  # a baseline: no product process to kill
         t0 = time.time()
         self.worker.kill()
         try:
@@ -329,6 +360,63 @@ class Run:
             os.kill(api.pid, signal.SIGCONT)
             self.faults.append(Fault("stall-apiserver", t0, time.time(), "*"))
 
+    async def _kill_apiserver(self, a: Action) -> None:
+        """kill -9 the kube-apiserver; start it again after ``a.value`` s (every client,
+        the product's included, must ride it out)."""
+        t0 = time.time()
+        await asyncio.to_thread(self.bed.cp.kill_apiserver)
+        try:
+            await asyncio.sleep(a.value)
+            await asyncio.to_thread(self.bed.cp.restart_apiserver)
+        finally:
+            self.faults.append(Fault("kill-apiserver", t0, time.time(), "*"))
+
+    async def _second_watcher(self, a: Action) -> None:
+        """A second watcher process contends for the Lease for ``a.value`` s, then dies
+        (kill -9: it does not give the Lease back)."""
+        if self.watcher is None:
+            return  # a baseline: no product
+        t0 = time.time()
+        other = await asyncio.to_thread(self.start_watcher)
+        try:
+            await asyncio.sleep(a.value)
+        finally:
+            other.kill()
+            self.faults.append(Fault("second-watcher", t0, time.time(), "*"))
+
+    async def _cancel(self, a: Action) -> None:
+        """A person cancels the deployment's running retirement (the Temporal UI's cancel)."""
+        for wf, _st in await self.retirements(running_only=True):
+            if deployment_of(wf.id) == a.target:
+                t0 = time.time()
+                await self.temporal.get_workflow_handle(wf.id, run_id=wf.run_id).cancel()
+                self.faults.append(Fault("cancel", t0, time.time(), a.target))
+                return
+
+    async def _retry_annotation(self, a: Action) -> None:
+        """A person asks for a retry of the deployment's held retirement by annotating its
+        ModelDeployment (``role:ordinal:token``)."""
+        for wf, st in await self.retirements(running_only=True):
+            if deployment_of(wf.id) != a.target or st is None:
+                continue
+            if st.outcome is not Outcome.ABORTED:
+                continue
+            token = f"chaos-{self.rng.randrange(1 << 30):x}"
+            value = f"{st.request.role}:{st.request.ordinal}:{token}"
+            body = {"metadata": {"annotations": {ANNOTATION_RETRY: value}}}
+            t0 = time.time()
+            await asyncio.to_thread(
+                self.custom.patch_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                self.ns,
+                PLURAL,
+                a.target,
+                body,
+            )
+            self.faults.append(Fault("retry-annotation", t0, time.time(), a.target))
+            return
+
     async def _relabel(self, a: Action) -> None:
         """A person puts the eligibility label back on the deployment's unlabelled Pods."""
         pods = await asyncio.to_thread(
@@ -395,9 +483,8 @@ class Run:
         out = []
         for dep in self.plan.deployments:
             md = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, dep.name)
-            declared = sum(
-                int(r.get("replicas", 0)) * int(r.get("size", 1)) for r in md["spec"]["roles"]
-            )
+            replicas = sum(int(r.get("replicas", 0)) for r in md["spec"]["roles"])
+            declared = replicas * dep.size
             pods = [
                 p
                 for p in self.core.list_namespaced_pod(
@@ -407,7 +494,8 @@ class Run:
             ]
             eligible = sum((p.metadata.labels or {}).get(LABEL_ELIGIBLE) == "true" for p in pods)
             n, by_policy = running.get(dep.name, (0, 0))
-            out.append(Settled(dep.name, declared, len(pods), eligible, n, by_policy))
+            serving = replicas * dep.serving_members
+            out.append(Settled(dep.name, declared, len(pods), eligible, n, by_policy, serving))
         return out
 
     async def running_by_deployment(self) -> dict[str, tuple[int, int]]:
@@ -467,7 +555,8 @@ async def campaign(
     """Run ``plan`` in ``namespace`` of a running ``bed`` (its own Temporal dev server, worker
     and watcher, under ``state_dir``); returns the report's data (``verdict`` included).
     ``mode="plain"``: the same plan without the product, each scale-down deleting the
-    Pods at once (the baseline the report compares with).  ``routerless``: the watcher's
+    Pods at once; ``mode="prestop"``: deleting them with the Pods' preStop sleep and grace
+    period (the baselines the report compares with).  ``routerless``: the watcher's
     router-less policy (``hold`` keeps a router-less replica until a person decides)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
@@ -492,11 +581,11 @@ async def campaign(
         custom = client.CustomObjectsApi(bed.api_client())
         for d in plan.deployments:
             custom.create_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, manifest(d.name, d.engine, d.router, 2)
+                GROUP, VERSION, namespace, PLURAL, manifest(d, 2)
             )
-        bed.operator(namespace)
+        bed.operator(namespace, termination=PRESTOP if mode == "prestop" else None)
         core = client.CoreV1Api(bed.api_client())
-        want = 2 * len(plan.deployments)
+        want = sum(2 * d.size for d in plan.deployments)
         wait_until(
             f"{want} serving Pods",
             lambda: (
@@ -518,6 +607,7 @@ async def campaign(
             watcher=start_watcher(bed, cfg.address, 0, namespace, routerless) if product else None,
             routerless=routerless,
             ns=namespace,
+            mode=mode,
             replicas={d.name: 2 for d in plan.deployments},
             dev=dev,
             dev_cfg=cfg,
@@ -562,7 +652,7 @@ async def campaign(
             for _wf, st in states
             if st is not None and st.target is not None
             for m in st.target.members
-        } | run.plain_deleted
+        } | run.baseline_deleted
         journals = {
             name: Journal([(e[0], e[1], e[2]) for e in j["ended"]], list(j["open"]))
             for name, j in bed.hub_call("GET", "/journal")["pods"].items()
@@ -576,7 +666,20 @@ async def campaign(
             faults=run.faults,
             failures=failures,
             settled=settled,
-            agent=WORKER_AGENT if product else PLAIN_AGENT,
+            agent=AGENTS[mode],
+            graceful=mode == "prestop",
+            rests=[
+                Rest(
+                    f"{wf.id} {wf.run_id}",
+                    [(str(p), t.timestamp()) for p, t in st.phase_timeline],
+                    wf.history_length,
+                    wf.close_time.timestamp() if wf.close_time else None,
+                )
+                for wf, st in states
+                if st is not None
+            ],
+            faults_over=faults_over,
+            ended=time.time(),
             deployments=[d.name for d in plan.deployments],
             completed=sum(
                 1

@@ -13,6 +13,13 @@ value, so each invariant is unit-tested with a violation it must catch.
 4. ``converged``: after the settle period each deployment has its declared Pods, all of
    them eligible, and no retirement is running (but one held by the router-less ``hold``
    policy, whose replica stays and serves).
+5. ``bounded``: once the faults are over, every retirement comes to rest (ended, or held
+   waiting for a person) within ``WAIT_BOUND_S``, and no run's history is longer than
+   ``HISTORY_BOUND`` events.
+
+A graceful delete (the preStop baseline: the Pod's grace period, its engine stopped by the
+kubelet's sequence later) is judged at the engine's end instead of at the API call: it
+breaks ``in-flight`` when a request the engine had taken was cut after the delete.
 """
 
 from __future__ import annotations
@@ -35,6 +42,18 @@ RACE_S = 0.5
 #: Seconds after an injected fault during which a client failure is still its doing (a
 #: router restarts and re-learns its workers; a retried stream ends).
 FAULT_GRACE_S = 15.0
+
+#: Invariant 5: a retirement comes to rest within the overall budget (300 s, SPEC) and the
+#: settle period's retry delay (30 s) of the faults' end.
+WAIT_BOUND_S = 330.0
+
+#: Invariant 5: events in one workflow run.  The workflow continues as new when the server
+#: suggests it (4,096 events by default on the dev server and Temporal Server); a run
+#: that outgrows this did not.
+HISTORY_BOUND = 5_000
+
+#: Phases a retirement rests in: ended, or held (``Aborted``) until a person decides.
+RESTING = frozenset({"Completed", "Aborted"})
 
 
 @dataclass(frozen=True)
@@ -79,6 +98,9 @@ class Settled:
     #: Of those, held by the router-less ``hold`` policy: by design a person decides, and
     #: the replica stays, serving (its Pods count on top of the declared ones).
     held_by_policy: int = 0
+    #: Pods that should be eligible (None: every declared one; a leader-served group's
+    #: replica serves through its leader only).
+    serving: int | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +159,26 @@ def in_flight_at_delete(
     return None
 
 
+def cut_after_delete(d: PodDelete, journal: Journal | None) -> Violation | None:
+    """Invariant 1 for a graceful delete (the Pod's grace period: preStop, SIGTERM,
+    SIGKILL run later): broken when a request the engine had taken was cut (ended not
+    answered) after the delete, or was still open when the journal was read."""
+    subject = f"{d.namespace}/{d.name} ({d.uid})"
+    if journal is None:
+        return Violation("in-flight", subject, "no engine journal: cannot judge")
+    cut = [(a, e) for a, e, ok in journal.ended if not ok and e >= d.at]
+    if cut or journal.open:
+        ends = ", ".join(f"{e - d.at:.1f}" for _a, e in sorted(cut)[:5])
+        return Violation(
+            "in-flight",
+            subject,
+            f"deleted (gracefully) at {d.at:.3f}; {len(cut)} request(s) cut by its end"
+            + (f", {ends} s after the delete" if cut else "")
+            + (f"; {len(journal.open)} never ended" if journal.open else ""),
+        )
+    return None
+
+
 def admitted_delete(d: PodDelete, audit: Audit, admitted_uids: set[str]) -> Violation | None:
     """Invariant 2 for one delete."""
     subject = f"{d.namespace}/{d.name} ({d.uid})"
@@ -181,15 +223,65 @@ def attributed(failure: ClientFailure, faults: Iterable[Fault]) -> Violation | N
 def converged(s: Settled) -> Violation | None:
     """Invariant 4 for one deployment."""
     kept = s.held_by_policy  # a held replica is one Pod per member; the campaign's are single
-    if s.pods == s.declared + kept == s.eligible and s.running_retirements == kept:
+    serving = s.declared if s.serving is None else s.serving
+    if (
+        s.pods == s.declared + kept
+        and s.eligible == serving + kept
+        and s.running_retirements == kept
+    ):
         return None
     return Violation(
         "converged",
         s.name,
-        f"declared {s.declared} Pods, {s.pods} present, {s.eligible} eligible, "
+        f"declared {s.declared} Pods ({serving} serving), {s.pods} present, "
+        f"{s.eligible} eligible, "
         f"{s.running_retirements} retirement(s) still running "
         f"({s.held_by_policy} held by the router-less hold policy)",
     )
+
+
+@dataclass(frozen=True)
+class Rest:
+    """One retirement run for invariant 5: its phases (name, wall time), when it closed
+    (None: still running) and its history's length."""
+
+    workflow: str  #: workflow ID and run
+    timeline: list[tuple[str, float]]
+    history_length: int
+    closed: float | None = None
+
+
+def bounded(r: Rest, *, faults_over: float, ended: float) -> list[Violation]:
+    """Invariant 5 for one run: at rest within ``WAIT_BOUND_S`` of the faults' end (or
+    of its start, if later), its history within ``HISTORY_BOUND``."""
+    out = []
+    if r.history_length > HISTORY_BOUND:
+        out.append(
+            Violation("bounded", r.workflow, f"{r.history_length} history events in one run")
+        )
+    if not r.timeline:
+        return out
+    since = max(faults_over, r.timeline[0][1])
+    resting_at = None
+    for i, (phase, at) in enumerate(r.timeline):
+        nxt = r.timeline[i + 1][1] if i + 1 < len(r.timeline) else None
+        if phase.split(".")[-1] in RESTING and (nxt is None or nxt > since):
+            resting_at = max(at, since)
+            break
+    if r.closed is not None:  # an ended run is at rest, whatever its last phase
+        closed = max(r.closed, since)
+        resting_at = closed if resting_at is None else min(resting_at, closed)
+    waited = (ended if resting_at is None else resting_at) - since
+    if waited > WAIT_BOUND_S:
+        out.append(
+            Violation(
+                "bounded",
+                r.workflow,
+                f"{'not at rest' if resting_at is None else 'came to rest'} {waited:.0f} s "
+                f"after the faults ended (bound {WAIT_BOUND_S:g} s)",
+            )
+        )
+    return out
 
 
 def evidence(audit: Audit, deployments: list[str], completed: int, judged: int) -> list[Violation]:
@@ -221,19 +313,33 @@ def judge(
     deployments: list[str] | None = None,
     completed: int = 0,
     unreadable: list[str] | None = None,
+    graceful: bool = False,
+    rests: list[Rest] | None = None,
+    faults_over: float = 0.0,
+    ended: float = 0.0,
 ) -> Verdict:
     """Check every invariant over the whole run; the deletes judged are those sent by
     ``agent`` (a User-Agent prefix: the product's worker, or a baseline's).  ``evidence``
     fails when the witnesses cannot be trusted: a deployment whose creation the audit log
     does not hold (the log is not this run's), retirements that ``completed`` without one
-    delete judged, or retirement states that could not be read (``unreadable``)."""
+    delete judged, or retirement states that could not be read (``unreadable``).
+    ``graceful``: the deletes judged gave the Pod its grace period (the preStop baseline);
+    ``rests``: the retirement runs for invariant 5, judged from ``faults_over`` to
+    ``ended``."""
     product = [d for d in audit.deletes if d.agent.startswith(agent)]
     out: list[Violation | None] = [*evidence(audit, deployments or [], completed, len(product))]
     out += [Violation("evidence", wid, "its state could not be read") for wid in unreadable or []]
-    out += [in_flight_at_delete(d, journals.get(d.hub_name), window_s=window_s) for d in product]
+    if graceful:
+        out += [cut_after_delete(d, journals.get(d.hub_name)) for d in product]
+    else:
+        out += [
+            in_flight_at_delete(d, journals.get(d.hub_name), window_s=window_s) for d in product
+        ]
     out += [admitted_delete(d, audit, admitted_uids) for d in product]
     out += [attributed(f, faults) for f in failures]
     out += [converged(s) for s in settled]
+    for r in rests or []:
+        out += bounded(r, faults_over=faults_over, ended=ended)
     return Verdict(
         checked={
             "evidence": len(deployments or []) + 1 + len(unreadable or []),
@@ -241,6 +347,7 @@ def judge(
             "admitted": len(product),
             "attributed": len(failures),
             "converged": len(settled),
+            "bounded": len(rests or []),
         },
         violations=[v for v in out if v is not None and v.invariant != "race"],
         races=[v for v in out if v is not None and v.invariant == "race"],

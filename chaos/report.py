@@ -10,7 +10,7 @@ from typing import Any
 from chaos.oracle import Verdict
 
 #: Whose deletes the picture marks, per mode.
-JUDGED = {"product": "retire-worker/", "plain": "plain-scaledown/"}
+JUDGED = {"product": "retire-worker/", "plain": "plain-scaledown/", "prestop": "prestop-scaledown/"}
 
 
 def text(r: dict[str, Any]) -> str:

@@ -8,12 +8,18 @@ import random
 from dataclasses import dataclass
 
 #: Router programs the deployments are put behind, in turn (None: router-less).
-ROUTER_CYCLE: tuple[str | None, ...] = ("sglang-router", "vllm-router", "smg", None)
+ROUTER_CYCLE: tuple[str | None, ...] = (
+    "sglang-router",
+    "vllm-router",
+    "smg",
+    None,
+    "vllm-router-0.1.15",
+)
 MAX_REPLICAS = 3
 
 #: Action kinds and their weights.  ``scale`` changes the spec; the others are faults.
 WEIGHTS = {
-    "scale": 0.52,
+    "scale": 0.44,
     "kill-router": 0.07,
     "kill-worker": 0.06,
     "kill-watcher": 0.06,
@@ -24,6 +30,17 @@ WEIGHTS = {
     "engine-metrics": 0.05,
     "restart-engine": 0.03,
     "delete-pod": 0.03,
+    "kill-apiserver": 0.02,
+    "second-watcher": 0.02,
+    "cancel": 0.02,
+    "retry-annotation": 0.02,
+}
+
+#: Group shapes, by deployment index modulo 6 (from the fifth deployment on): a vLLM
+#: replica of two members, served by its leader, or by each data-parallel rank.
+GROUPS: dict[int, tuple[int, tuple[str, ...]]] = {
+    4: (2, ("--data-parallel-size", "2")),  # leader-served
+    5: (2, ("--data-parallel-size", "2", "--data-parallel-external-lb")),  # External-DP
 }
 
 #: The broken ``/metrics`` answers an engine fault picks from (``testbed.emulator.traps``).
@@ -37,6 +54,16 @@ class Deployment:
     name: str
     engine: str  #: the CRD's engine name
     router: str | None  #: the router program in front of it (None: router-less)
+    size: int = 1  #: members per replica
+    args: tuple[str, ...] = ()  #: the role's ``extraArgs``
+
+    @property
+    def serving_members(self) -> int:
+        """Members of a replica that serve (are endpoint-eligible): a leader-served group
+        serves through its leader, an External-DP group through every rank."""
+        if self.size > 1 and "--data-parallel-external-lb" not in self.args:
+            return 1
+        return self.size
 
 
 @dataclass(frozen=True)
@@ -61,17 +88,21 @@ class Plan:
     actions: list[Action]
 
 
-def draw(*, seed: int, seconds: float, deployments: int, first_at: float = 8.0) -> Plan:
-    """The plan of a campaign: ``deployments`` deployments of 2 replicas each, then actions
-    every 2-6 s until ``seconds``."""
-    if deployments < 1 or seconds <= 0:
-        raise ValueError("a campaign needs a deployment and a duration")
+def draw(
+    *, seed: int, seconds: float, deployments: int, first_at: float = 8.0, pace: float = 4.0
+) -> Plan:
+    """The plan of a campaign: ``deployments`` deployments of 2 replicas each, then one
+    action every ``pace`` s on average (drawn between half and one and a half times it)
+    until ``seconds``."""
+    if deployments < 1 or seconds <= 0 or pace <= 0:
+        raise ValueError("a campaign needs a deployment, a duration and a positive pace")
     rng = random.Random(seed)
     deps = []
     for i in range(deployments):
         router = ROUTER_CYCLE[i % len(ROUTER_CYCLE)]
         engine = "SGLang" if router == "sglang-router" and i % 8 == 0 else "vLLM"
-        deps.append(Deployment(name=f"c{i:02d}", engine=engine, router=router))
+        size, args = GROUPS.get(i % 6, (1, ())) if i >= 4 else (1, ())
+        deps.append(Deployment(f"c{i:02d}", engine, router, size, args))
     replicas = {d.name: 2 for d in deps}
     routed = [d.name for d in deps if d.router]
     kinds, weights = zip(*WEIGHTS.items(), strict=True)
@@ -87,8 +118,12 @@ def draw(*, seed: int, seconds: float, deployments: int, first_at: float = 8.0) 
             actions.append(Action(t, kind, name, replicas[name]))
         elif kind == "kill-router" and routed:
             actions.append(Action(t, kind, rng.choice(routed), round(rng.uniform(1, 6), 1)))
-        elif kind in ("kill-worker", "kill-watcher", "kill-temporal"):
+        elif kind in ("kill-worker", "kill-watcher", "kill-temporal", "kill-apiserver"):
             actions.append(Action(t, kind, "*", round(rng.uniform(1, 10), 1)))
+        elif kind == "second-watcher":
+            actions.append(Action(t, kind, "*", round(rng.uniform(10, 60), 1)))
+        elif kind in ("cancel", "retry-annotation"):
+            actions.append(Action(t, kind, rng.choice(deps).name, 0))
         elif kind in ("engine-busy", "engine-metrics"):
             # value: seconds; the engine (and, for metrics, the answer) drawn when it runs
             actions.append(Action(t, kind, rng.choice(deps).name, round(rng.uniform(5, 40), 1)))
@@ -98,5 +133,5 @@ def draw(*, seed: int, seconds: float, deployments: int, first_at: float = 8.0) 
             actions.append(Action(t, kind, "*", round(rng.uniform(3, 15), 1)))
         elif kind == "relabel":
             actions.append(Action(t, kind, rng.choice(deps).name, 0))
-        t += rng.uniform(2, 6)
+        t += rng.uniform(pace / 2, pace * 1.5)
     return Plan(seed=seed, seconds=seconds, deployments=deps, actions=actions)

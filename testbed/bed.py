@@ -18,9 +18,10 @@ from kubernetes import client, config
 from retirement.names import LABEL_ELIGIBLE, LABEL_INSTANCE
 from testbed import jsonhttp, netns
 from testbed.controlplane import ControlPlane
-from testbed.paths import venv_bin
+from testbed.paths import REPO_ROOT, venv_bin
 from testbed.procs import Child, wait_until
 from testbed.standin_operator import ROUTER_PORT, SERVE_PORT, StandInOperator, router_pod_name
+from testbed.standin_termination import PodTermination
 
 HUB_PORT = 7070
 
@@ -68,6 +69,7 @@ class Bed:
             ),
             log_path=self.state_dir / "logs" / "emulator-hub.log",
             env=_no_proxy_env(),
+            cwd=REPO_ROOT,  # the bed is not installed: ``python -m`` finds it here
         )
         wait_until(
             "emulator hub",
@@ -148,16 +150,23 @@ class Bed:
         )
 
     def operator(
-        self, namespace: str, *, request_seconds: float = 1.0, step_seconds: float | None = None
+        self,
+        namespace: str,
+        *,
+        request_seconds: float = 1.0,
+        step_seconds: float | None = None,
+        termination: PodTermination | None = None,
     ) -> StandInOperator:
         """Start a stand-in operator for ``namespace`` (``step_seconds``: the emulated
-        SGLang's decode-step time)."""
+        SGLang's decode-step time; ``termination``: the preStop sleep and grace period its
+        Pods carry, their graceful deletion run by the emulated kubelet)."""
         op = StandInOperator(
             api=self.api_client(),
             namespace=namespace,
             hub_url=self.hub_url,
             request_seconds=request_seconds,
             step_seconds=step_seconds,
+            termination=termination,
         ).start()
         self.operators.append(op)
         return op

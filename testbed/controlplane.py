@@ -85,6 +85,7 @@ class ControlPlane:
     state_dir: Path
     net: netns.BedNet = field(default_factory=netns.BedNet)
     api_port: int = 0
+    etcd_port: int = 0
     children: list[Child] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -120,6 +121,7 @@ class ControlPlane:
         make_pki(self.state_dir / "pki", ips=[self.net.host_ip, "127.0.0.1"])
         self._step("pki", t0)
         etcd_port, etcd_peer = free_port(), free_port()
+        self.etcd_port = etcd_port
         self._start_etcd(etcd_port, etcd_peer)
         self._step("etcd", t0)
         self.api_port = free_port(self.net.host_ip)
@@ -194,6 +196,20 @@ class ControlPlane:
         path = self.state_dir / "audit-policy.yaml"
         path.write_text(AUDIT_POLICY)
         return path
+
+    def kill_apiserver(self) -> None:
+        """kill -9 the kube-apiserver (a fault: the fault campaign starts it again with
+        :meth:`restart_apiserver`)."""
+        api = next(c for c in self.children if c.name == "kube-apiserver")
+        api.kill()
+        self.children.remove(api)
+
+    def restart_apiserver(self) -> None:
+        """Start the kube-apiserver again on its address and etcd, once it is ready (its
+        audit log goes on in the same file)."""
+        if any(c.name == "kube-apiserver" for c in self.children):
+            raise RuntimeError("the kube-apiserver is running")
+        self._start_apiserver(self.etcd_port)
 
     def _start_apiserver(self, etcd_port: int) -> None:
         pki = self.pki
@@ -273,6 +289,7 @@ class ControlPlane:
             ],
             log_path=self.state_dir / "logs" / "ipam.log",
             env=self._kwok_env(),
+            cwd=REPO_ROOT,  # the bed is not installed: ``python -m`` finds it here
         )
         self.children.append(child)
         wait_until("ipam ready", lambda: READY_LINE in child.log_tail(), timeout=30, child=child)

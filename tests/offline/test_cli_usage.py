@@ -161,6 +161,17 @@ def test_the_package_installs_only_the_products_commands() -> None:
     assert not any(target.startswith("testbed") for target in scripts.values())
 
 
+def test_the_wheel_carries_the_product_packages_only() -> None:
+    """The package list the wheel is built from: every product package, and none of the
+    test bed, the fault campaign, the benchmarks or the tests (they run from a checkout)."""
+    from setuptools import find_packages
+
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    tops = {p.split(".")[0] for p in find_packages(str(ROOT), **find["packages"]["find"])}
+    product = {"retirement", "kube", "connection", "workflows", "activities", "worker", "watcher"}
+    assert tops == product | {"cli"}
+
+
 def test_several_bad_fields_are_all_named_on_one_line(
     connects: list[Any], capsys: pytest.CaptureFixture[str]
 ) -> None:

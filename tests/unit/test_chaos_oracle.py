@@ -11,13 +11,18 @@ import pytest
 
 from chaos import audit
 from chaos.oracle import (
+    HISTORY_BOUND,
+    WAIT_BOUND_S,
     ClientFailure,
     Fault,
     Journal,
+    Rest,
     Settled,
     admitted_delete,
     attributed,
+    bounded,
     converged,
+    cut_after_delete,
     in_flight_at_delete,
     judge,
 )
@@ -155,6 +160,30 @@ def test_a_delete_without_a_journal_cannot_pass() -> None:
     assert v is not None and "no engine journal" in v.evidence
 
 
+def test_a_graceful_delete_is_judged_at_the_engines_end_not_at_the_call() -> None:
+    """The preStop baseline gives the Pod its grace: a request in flight at the call that
+    then finishes is fine; one cut after the call (SIGTERM, SIGKILL) breaks invariant 1."""
+    d = one_delete(delete_event())
+    finished = Journal([(T - 2, T + 3, True), (T - 9, T - 8, False)])
+    assert cut_after_delete(d, finished) is None
+    cut = cut_after_delete(d, Journal([(T - 2, T + 5.2, False)]))
+    assert cut is not None and "1 request(s) cut" in cut.evidence and "5.2 s" in cut.evidence
+    assert cut_after_delete(d, Journal([], open=[T - 1])) is not None
+    assert cut_after_delete(d, None) is not None
+    a = audit.read([spec_event(T - 5, 1), delete_event(agent="prestop-scaledown/1")])
+    v = judge(
+        audit=a,
+        journals={"c00-server-1.0f1e2d3c": Journal([(T - 1, T + 4, False)])},
+        admitted_uids={UID},
+        faults=[],
+        failures=[],
+        settled=[],
+        agent="prestop-scaledown/",
+        graceful=True,
+    )
+    assert [x.invariant for x in v.violations] == ["in-flight"]
+
+
 # ---------------------------------------------------------------- 2: admitted
 
 
@@ -225,9 +254,46 @@ def test_judge_checks_only_the_workers_deletes_and_collects_every_violation() ->
         "admitted": 1,
         "attributed": 1,
         "converged": 1,
+        "bounded": 0,
     }
     assert sorted(x.invariant for x in v.violations) == ["admitted", "attributed", "in-flight"]
     assert not v.ok
+
+
+# ---------------------------------------------------------------- 5: bounded
+
+
+def rest(*phases: tuple[str, float], history: int = 40, closed: float | None = None) -> Rest:
+    return Rest("retirement/chaos/c00 run", list(phases), history, closed)
+
+
+def test_a_retirement_must_come_to_rest_within_the_bound_after_the_faults() -> None:
+    over = T
+    quick = rest(("Admitted", T - 50), ("Withdrawing", T - 40), ("Completed", T + 20))
+    assert bounded(quick, faults_over=over, ended=T + 900) == []
+    slow = rest(("Admitted", T - 50), ("Draining", T - 40), ("Completed", T + WAIT_BOUND_S + 5))
+    assert "came to rest" in bounded(slow, faults_over=over, ended=T + 900)[0].evidence
+    stuck = rest(("Admitted", T - 50), ("Withdrawing", T - 40))
+    assert "not at rest" in bounded(stuck, faults_over=over, ended=T + 900)[0].evidence
+    assert bounded(stuck, faults_over=over, ended=T + 60) == []
+
+
+def test_a_hold_is_rest_and_an_ended_run_is_at_rest_whatever_its_phase() -> None:
+    """Held (Aborted) before the faults ended and retried later by a person: it waited
+    for the person, not for the product.  A run that closed (refused, capacity retained)
+    is at rest from its close."""
+    held = rest(("Admitted", T - 50), ("Aborted", T - 10), ("Admitted", T + 400))
+    assert bounded(held, faults_over=T, ended=T + 900) == []
+    closed = rest(("Admitted", T - 50), ("Withdrawing", T - 40), closed=T + 12)
+    assert bounded(closed, faults_over=T, ended=T + 900) == []
+    late = rest(("Admitted", T - 50), ("Withdrawing", T - 40), closed=T + WAIT_BOUND_S + 1)
+    assert len(bounded(late, faults_over=T, ended=T + 900)) == 1
+
+
+def test_a_history_past_the_bound_breaks_invariant_five() -> None:
+    done = rest(("Admitted", T), ("Completed", T + 5), history=HISTORY_BOUND + 1)
+    v = bounded(done, faults_over=T, ended=T + 10)
+    assert [x.invariant for x in v] == ["bounded"] and "history events" in v[0].evidence
 
 
 # ---------------------------------------------------------------- the plan
@@ -298,3 +364,18 @@ def test_the_evidence_must_be_there() -> None:
         "c01",
         "retirement/chaos/c00",
     ]
+
+
+def test_a_leader_served_group_converges_with_its_leaders_eligible_only() -> None:
+    """Two replicas of two members: four Pods, the two leaders serving."""
+    assert converged(Settled("c04", 4, 4, 2, 0, serving=2)) is None
+    assert converged(Settled("c04", 4, 4, 4, 0, serving=2)) is not None
+    assert converged(Settled("c04", 4, 4, 1, 0, serving=2)) is not None
+
+
+def test_the_plan_puts_groups_of_both_shapes_after_the_first_four() -> None:
+    plan = draw(seed=3, seconds=60, deployments=12)
+    shapes = {d.name: (d.size, d.serving_members) for d in plan.deployments}
+    assert all(shapes[f"c{i:02d}"] == (1, 1) for i in range(4))
+    assert shapes["c04"] == (2, 1) and shapes["c05"] == (2, 2)
+    assert {d.router for d in plan.deployments} >= {"vllm-router-0.1.15", None}
