@@ -417,6 +417,43 @@ class Run:
             self.faults.append(Fault("retry-annotation", t0, time.time(), a.target))
             return
 
+    async def _recreate(self, a: Action) -> None:
+        """A person deletes the ModelDeployment (its Pods go by garbage collection) and
+        creates it again under the same name ``a.value`` s later, as last declared."""
+        dep = next(d for d in self.plan.deployments if d.name == a.target)
+        t0 = time.time()
+        try:
+            await asyncio.to_thread(
+                self.custom.delete_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                self.ns,
+                PLURAL,
+                dep.name,
+            )
+            await asyncio.sleep(a.value)
+            for _ in range(120):  # until the API server has removed it (finalizers)
+                try:
+                    await asyncio.to_thread(
+                        self.custom.get_namespaced_custom_object,
+                        GROUP,
+                        VERSION,
+                        self.ns,
+                        PLURAL,
+                        dep.name,
+                    )
+                except client.ApiException as e:
+                    if e.status == 404:
+                        break
+                    raise
+                await asyncio.sleep(0.5)
+            body = manifest(dep, self.replicas.get(dep.name, 2))
+            await asyncio.to_thread(
+                self.custom.create_namespaced_custom_object, GROUP, VERSION, self.ns, PLURAL, body
+            )
+        finally:
+            self.faults.append(Fault("recreate", t0, time.time(), dep.name))
+
     async def _relabel(self, a: Action) -> None:
         """A person puts the eligibility label back on the deployment's unlabelled Pods."""
         pods = await asyncio.to_thread(

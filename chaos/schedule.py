@@ -19,7 +19,7 @@ MAX_REPLICAS = 3
 
 #: Action kinds and their weights.  ``scale`` changes the spec; the others are faults.
 WEIGHTS = {
-    "scale": 0.44,
+    "scale": 0.42,
     "kill-router": 0.07,
     "kill-worker": 0.06,
     "kill-watcher": 0.06,
@@ -34,6 +34,7 @@ WEIGHTS = {
     "second-watcher": 0.02,
     "cancel": 0.02,
     "retry-annotation": 0.02,
+    "recreate": 0.02,
 }
 
 #: Group shapes, by deployment index modulo 6 (from the fifth deployment on): a vLLM
@@ -105,6 +106,7 @@ def draw(
         deps.append(Deployment(f"c{i:02d}", engine, router, size, args))
     replicas = {d.name: 2 for d in deps}
     routed = [d.name for d in deps if d.router]
+    routerless = [d.name for d in deps if not d.router]
     kinds, weights = zip(*WEIGHTS.items(), strict=True)
     actions: list[Action] = []
     t = first_at
@@ -122,6 +124,10 @@ def draw(
             actions.append(Action(t, kind, "*", round(rng.uniform(1, 10), 1)))
         elif kind == "second-watcher":
             actions.append(Action(t, kind, "*", round(rng.uniform(10, 60), 1)))
+        elif kind == "recreate" and routerless:
+            # value: seconds between the delete and the re-create.  Router-less only: a
+            # routed one's router Pod would come back on another address.
+            actions.append(Action(t, kind, rng.choice(routerless), round(rng.uniform(0, 5), 1)))
         elif kind in ("cancel", "retry-annotation"):
             actions.append(Action(t, kind, rng.choice(deps).name, 0))
         elif kind in ("engine-busy", "engine-metrics"):
