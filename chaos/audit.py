@@ -39,6 +39,9 @@ class PodDelete:
     ordinal: int | None
     agent: str  #: the request's User-Agent
     precondition_uid: str | None  #: ``DeleteOptions.preconditions.uid``, if sent
+    #: The deleted object's status shows a container created or the Pod Ready (False: it
+    #: never started, so no engine ever ran in it).
+    started: bool = True
 
     @property
     def by_worker(self) -> bool:
@@ -105,6 +108,20 @@ def _ordinal(labels: dict[str, str]) -> int | None:
         return None
 
 
+def _started(pod: dict[str, Any]) -> bool:
+    """Whether a Pod as the server returned it ever started: a container ID (the kubelet
+    sets one when it creates the container) or the Ready condition True."""
+    status = pod.get("status") or {}
+    created = any(
+        isinstance(c, dict) and c.get("containerID") for c in status.get("containerStatuses") or []
+    )
+    ready = any(
+        isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    return created or ready
+
+
 def _replicas(obj: dict[str, Any]) -> dict[str, int]:
     roles = (obj.get("spec") or {}).get("roles") or []
     return {str(r.get("name")): int(r.get("replicas") or 0) for r in roles if isinstance(r, dict)}
@@ -149,6 +166,7 @@ def read(lines: Iterable[str]) -> Audit:
                     ordinal=_ordinal(labels),
                     agent=str(ev.get("userAgent") or ""),
                     precondition_uid=pre.get("uid"),
+                    started=_started(obj),
                 )
             )
         elif resource == "modeldeployments" and not sub and 200 <= code < 300:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from kubernetes import client
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -203,15 +204,22 @@ class Run:
     async def _scale(self, a: Action) -> None:
         dep = next(d for d in self.plan.deployments if d.name == a.target)
         body = {"spec": {"roles": [role(dep, int(a.value))]}}
-        await asyncio.to_thread(
-            self.custom.patch_namespaced_custom_object,
-            GROUP,
-            VERSION,
-            self.ns,
-            PLURAL,
-            a.target,
-            body,
-        )
+        for attempt in range(30):  # a person tries again while the API server is away
+            try:
+                await asyncio.to_thread(
+                    self.custom.patch_namespaced_custom_object,
+                    GROUP,
+                    VERSION,
+                    self.ns,
+                    PLURAL,
+                    a.target,
+                    body,
+                )
+                break
+            except (urllib3.exceptions.HTTPError, OSError):
+                if attempt == 29:
+                    raise
+                await asyncio.sleep(1)
 
         if self.mode != "product" and a.value < self.replicas.get(a.target, 0):
             await asyncio.to_thread(self._baseline_delete, a.target, int(a.value))
@@ -622,7 +630,7 @@ async def campaign(
             )
         bed.operator(namespace, termination=PRESTOP if mode == "prestop" else None)
         core = client.CoreV1Api(bed.api_client())
-        want = sum(2 * d.size for d in plan.deployments)
+        want = sum(2 * d.serving_members for d in plan.deployments)
         wait_until(
             f"{want} serving Pods",
             lambda: (

@@ -135,6 +135,8 @@ def in_flight_at_delete(
     d: PodDelete, journal: Journal | None, *, window_s: float
 ) -> Violation | None:
     """Invariant 1 for one delete."""
+    if journal is None and not d.started:
+        return None  # never started (the server's own record): no engine ever ran in it
     if journal is None:  # the journal is the only witness: without it, nothing is proven
         return Violation(
             "in-flight", f"{d.namespace}/{d.name} ({d.uid})", "no engine journal: cannot judge"
@@ -164,6 +166,8 @@ def cut_after_delete(d: PodDelete, journal: Journal | None) -> Violation | None:
     SIGKILL run later): broken when a request the engine had taken was cut (ended not
     answered) after the delete, or was still open when the journal was read."""
     subject = f"{d.namespace}/{d.name} ({d.uid})"
+    if journal is None and not d.started:
+        return None  # never started: no engine ever ran in it
     if journal is None:
         return Violation("in-flight", subject, "no engine journal: cannot judge")
     cut = [(a, e) for a, e, ok in journal.ended if not ok and e >= d.at]

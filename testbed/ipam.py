@@ -36,6 +36,7 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -110,6 +111,9 @@ class Ipam:
         self.node = node
         self.pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="ipam")
         self.stop = threading.Event()
+        #: How long one address write is retried (an API server restart takes seconds)
+        #: before the address is freed, to be given again at the next look at the Pod.
+        self.write_for_s = 60.0
 
     def _selector(self) -> str:
         return f"spec.nodeName={self.node}"
@@ -137,8 +141,13 @@ class Ipam:
         self.pool.submit(self._write, meta.namespace, meta.name, meta.uid, ip)
 
     def _write(self, namespace: str, name: str, uid: str, ip: str) -> None:
+        """Write ``ip`` into the Pod's status, retried for ``write_for_s``; an address that
+        could not be written is freed, so the next look at the Pod (a re-list, an event)
+        gives it one again instead of taking it for written."""
         body = {"metadata": {"uid": uid}, "status": {"podIP": ip, "podIPs": [{"ip": ip}]}}
-        for attempt in range(5):
+        deadline = time.monotonic() + self.write_for_s
+        attempt = 0
+        while not self.stop.is_set():
             try:
                 self.core.patch_namespaced_pod_status(name, namespace, body)
                 return
@@ -148,21 +157,33 @@ class Ipam:
                 log.warning("ipam: %s/%s: HTTP %s, retrying", namespace, name, e.status)
             except Exception as e:
                 log.warning("ipam: %s/%s: %s, retrying", namespace, name, e)
-            time.sleep(0.2 * (attempt + 1))
+            attempt += 1
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(min(2.0, 0.2 * attempt))
+        log.warning("ipam: %s/%s: address %s not written; freed", namespace, name, ip)
+        self.alloc.free(uid)
+
+    def _events(self, rv: str) -> Iterator[dict[str, Any]]:
+        """The Pod watch from ``rv`` (one server-side timeout long)."""
+        return watch.Watch().stream(  # type: ignore[no-any-return]
+            self.core.list_pod_for_all_namespaces,
+            field_selector=self._selector(),
+            resource_version=rv,
+            timeout_seconds=60,
+            allow_watch_bookmarks=True,
+        )
 
     def run(self) -> None:
-        """List, then watch until stopped; re-list after any watch error."""
-        rv = self._relist()
+        """List, then watch until stopped; re-list after any watch error, and keep trying
+        while the API server is away (a restart: it must never end the allocator)."""
+        rv: str | None = self._relist()
         print(READY_LINE, flush=True)
         while not self.stop.is_set():
             try:
-                for ev in watch.Watch().stream(
-                    self.core.list_pod_for_all_namespaces,
-                    field_selector=self._selector(),
-                    resource_version=rv,
-                    timeout_seconds=60,
-                    allow_watch_bookmarks=True,
-                ):
+                if rv is None:
+                    rv = self._relist()
+                for ev in self._events(rv):
                     obj = ev["object"]
                     if ev["type"] == "BOOKMARK" or isinstance(obj, dict):
                         meta = obj.get("metadata", {}) if isinstance(obj, dict) else {}
@@ -178,7 +199,7 @@ class Ipam:
                     return
                 log.warning("ipam: watch ended (%s); re-listing", e)
                 time.sleep(0.5)
-                rv = self._relist()
+                rv = None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,8 +44,20 @@ def delete_event(
     precondition: str | None = UID,
     code: int = 200,
     ordinal: str = "1",
+    started: bool = True,
 ) -> str:
-    """A Pod DELETE as the API server records it at RequestResponse level."""
+    """A Pod DELETE as the API server records it at RequestResponse level (``started``:
+    its status shows the container the kubelet created, and Ready; else it is Pending with
+    neither)."""
+    status: dict[str, Any] = (
+        {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "main", "containerID": "containerd://0123"}],
+        }
+        if started
+        else {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]}
+    )
     ev: dict[str, Any] = {
         "kind": "Event",
         "level": "RequestResponse",
@@ -66,6 +78,7 @@ def delete_event(
                     LABEL_ORDINAL: ordinal,
                 },
             },
+            "status": status,
         }
         if code == 200
         else {"kind": "Status", "code": code},
@@ -158,6 +171,17 @@ def test_requests_done_before_the_window_and_after_the_delete_are_fine() -> None
 def test_a_delete_without_a_journal_cannot_pass() -> None:
     v = in_flight_at_delete(one_delete(delete_event()), None, window_s=1)
     assert v is not None and "no engine journal" in v.evidence
+    assert cut_after_delete(one_delete(delete_event()), None) is not None
+
+
+def test_a_pod_that_never_started_has_no_engine_and_nothing_in_flight() -> None:
+    """The server's record of the deleted Pod (no container, never Ready) is the witness
+    that no engine ran in it: no journal is expected (the hub starts an engine only for a
+    Ready Pod)."""
+    d = one_delete(delete_event(started=False))
+    assert not d.started and one_delete(delete_event()).started
+    assert in_flight_at_delete(d, None, window_s=1) is None
+    assert cut_after_delete(d, None) is None
 
 
 def test_a_graceful_delete_is_judged_at_the_engines_end_not_at_the_call() -> None:
