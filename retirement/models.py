@@ -1,32 +1,44 @@
 """pydantic v2 models of every workflow input, activity input/output, signal, update and
-query (carried by ``temporalio.contrib.pydantic``'s data converter)."""
+query (carried by ``temporalio.contrib.pydantic``'s data converter).
+
+What the activities report and the protocol records (the target, a phase activity's
+observation, the delete's and the restore's results) is defined below the protocol, in
+``retirement.reports``, and re-exported here under the same names.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from retirement.budgets import Budgets
 from retirement.drain import DrainProgress
 from retirement.names import K8S_NAME as K8S_NAME  # re-exported: kube.deployment reads it here
 from retirement.names import ROLE_NAME_MAX
-from retirement.phases import Outcome, Phase, Verdict
+from retirement.phases import Outcome, Phase
+from retirement.progress import REPORTED
 from retirement.protocol import Progress
+from retirement.reports import DeleteResult as DeleteResult
+from retirement.reports import IntentKind as IntentKind
+from retirement.reports import MemberTarget as MemberTarget
+from retirement.reports import Observation as Observation
+from retirement.reports import RestoreResult as RestoreResult
+from retirement.reports import Target as Target
 from retirement.retry import validate_token
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class IntentKind(StrEnum):
-    """Why a replica (or member) is being retired (SPEC section 3)."""
-
-    COUNT_TRIM = "CountTrim"
-    SURPLUS_SHED = "SurplusShed"
-    DEPARTED_ROLE = "DepartedRole"
 
 
 class RouterlessPolicy(StrEnum):
@@ -68,69 +80,6 @@ class RetirementRequest(_Model):
     resume: RetirementState | None = None
 
 
-class MemberTarget(_Model):
-    """One admitted member Pod, bound by UID and the ``main`` container's ID."""
-
-    pod: str
-    uid: str
-    container_id: str
-    restart_count: int = 0
-    ip: str
-    member_index: int | None = None
-    measured: bool = False  # answers for the replica: read during the drain, restored
-    eligible_at_admission: bool = False
-    serve_port: int | None = None
-    metrics_port: int | None = None
-    metrics_scheme: str = "http"
-    metrics_path: str = "/metrics"
-    #: The engine counts its requests exactly and serves the count at ``GET /load`` on the
-    #: metrics port (vLLM 0.8.0+ with ``--enable-server-load-tracking`` and one API server
-    #: process): every drain read takes it, and reads idle only at 0.
-    exact_load: bool = False
-    labels: dict[str, str] = Field(default_factory=dict)  # as admitted (before disqualify)
-
-
-class Target(_Model):
-    """What admission bound: the retirement may touch these objects and no other."""
-
-    namespace: str
-    deployment: str
-    role: str
-    ordinal: int
-    intent: IntentKind
-    engine: str
-    engine_version: str = ""
-    shape: str
-    router: str | None = None
-    members: list[MemberTarget]
-    workload_name: str | None = None
-    workload_uid: str | None = None
-    observed_generation: int = 0
-    deployment_uid: str = ""
-    #: The replica's declared size at admission (a departed role: its Pods); None when not
-    #: recorded.  With the member-index label it says which members belong to a group
-    #: (``retirement.eligibility.in_group``).
-    size: int | None = None
-
-    @property
-    def measured(self) -> tuple[str, ...]:
-        """Names of the members that answer for the replica."""
-        return tuple(m.pod for m in self.members if m.measured)
-
-    @property
-    def uids(self) -> list[str]:
-        """Every admitted member UID (the delete binding)."""
-        return [m.uid for m in self.members]
-
-    def restorable(self) -> list[str]:
-        """The members an abort must put back in service: those that had the label at
-        admission, and the measured members of a whole replica (they answer for it).  A
-        surplus member goes back only if it had the label: the restore never adds to
-        routing a member nothing routed to."""
-        answers = self.intent is not IntentKind.SURPLUS_SHED
-        return [m.pod for m in self.members if m.eligible_at_admission or (m.measured and answers)]
-
-
 class AdmitInput(_Model):
     """Input of the ``admit`` activity."""
 
@@ -166,21 +115,6 @@ class PhaseInput(_Model):
     delete_may_have_begun: bool = False
 
 
-class Observation(_Model):
-    """What a phase activity saw: a verdict, a reason, and the last readings per member."""
-
-    verdict: Verdict
-    reason: str = ""
-    readings: dict[str, str] = Field(default_factory=dict)
-    polls: int = 0
-    #: Withdrawal: every router removal asked for so far in this phase, as
-    #: ``<router Pod UID>|<worker URL>`` (carried across retried attempts).
-    router_removals: list[str] = Field(default_factory=list)
-    #: When the reading the verdict rests on was taken (the drain: the start of its last
-    #: idle round), on the activity's clock.
-    evidence_at: datetime | None = None
-
-
 class WithdrawProgress(_Model):
     """Heartbeat details of the withdrawal activity (a retry resumes from them)."""
 
@@ -194,31 +128,6 @@ class DrainHeartbeat(_Model):
 
     progress: DrainProgress = Field(default_factory=DrainProgress)
     readings: dict[str, str] = Field(default_factory=dict)
-
-
-class DeleteResult(_Model):
-    """What ``delete`` did to each admitted Pod and the Workload."""
-
-    deleted: list[str] = Field(default_factory=list)
-    already_gone: list[str] = Field(default_factory=list)
-    replaced: list[str] = Field(default_factory=list)  # precondition failed: not touched
-    workload: str = "none"  # none | deleted | kept (owns other Pods) | gone
-    #: The last guard refused before any delete (nothing was touched): why, as a verdict
-    #: (FAILED: abort; UNKNOWN: drain again).
-    refused: Observation | None = None
-
-
-class RestoreResult(_Model):
-    """What ``restore`` did: members labelled again, held, or failed."""
-
-    restored: list[str] = Field(default_factory=list)
-    held: dict[str, str] = Field(default_factory=dict)
-    failed: dict[str, str] = Field(default_factory=dict)
-    #: Every add-worker call the restore made, as ``<router Pod name>|<worker URL>``.
-    router_adds: list[str] = Field(default_factory=list)
-    #: A router's selection counted only once it had lasted a while (smg): the workflow
-    #: reads the routers again later (``retirement.progress.CONFIRM_AGAIN``).
-    timed: bool = False
 
 
 class PublishInput(_Model):
@@ -280,22 +189,28 @@ class CancelIntent(_Model):
 class RetirementState(Progress):
     """Query ``state``: the one state object of a retirement.
 
-    The protocol's fields (``Progress``: phase, outcome, deadlines, evidence, reasons,
-    timeline) are decided by ``retirement.protocol.decide``; the rest is what the
-    activities reported.  The workflow holds exactly this object and the query returns it.
+    Its ``Progress`` (phase, outcome, deadlines, evidence, reasons, timeline, and what the
+    activities reported: target, readings, router removals, the delete's and the
+    restore's results) changes only in ``retirement.protocol.decide``; this adds whose
+    retirement it is and the attempts so far.  The workflow holds exactly this object and
+    the query returns it.
     """
 
     workflow_id: str
     request: RetirementRequest
-    target: Target | None = None
-    last_readings: dict[str, str] = Field(default_factory=dict)
-    #: Every router removal withdrawal asked for in this attempt (``<router Pod UID>|<worker
-    #: URL>``): the restore adds these very URLs back.
-    router_removals: list[str] = Field(default_factory=list)
-    deleted: DeleteResult | None = None
-    restored: RestoreResult | None = None
     #: Every attempt so far (earlier ones carried across continue-as-new), this one last.
     history: list[AttemptRecord] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _keys_in_their_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The keys in the order histories already hold (the query's answer, the input of
+        a continue-as-new, the result): what the activities reported (``REPORTED``, the
+        last fields of ``Progress``) after ``request`` and before ``history``, where this
+        model declared them before ``Progress`` recorded them."""
+        data: dict[str, Any] = handler(self)
+        reported = {k: data.pop(k) for k in REPORTED if k in data}
+        attempts = {"history": data.pop("history")} if "history" in data else {}
+        return {**data, **reported, **attempts}
 
     @classmethod
     def begin(cls, *, workflow_id: str, request: RetirementRequest) -> RetirementState:

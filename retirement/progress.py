@@ -1,11 +1,13 @@
 """The state of one retirement attempt as the protocol sees it, and what reads it.
 
-``Progress`` (what ``retirement.protocol.decide`` reads and returns) and the constants
-that bound it (the hold's recheck backoff, the freshness of the drain's evidence, the
-routers' re-reads, the abandon bound, the cap on ``reasons``); the predicates the workflow
-and the handlers ask of it (``interrupted``, ``settled``, ``hold_ends``, ``held``,
-``abort_refusal``); and the small helpers every handler changes it with (``capped`` and
-``_note`` for reasons, ``_enter`` for a phase and its deadline, ``_ended``).
+``Progress`` (what ``retirement.protocol.decide`` reads and returns, with the record of
+what the attempt's activities reported, typed in ``retirement.reports``) and the
+constants that bound it (the hold's recheck backoff, the freshness of the drain's
+evidence, the routers' re-reads, the abandon bound, the cap on ``reasons``); the
+predicates the workflow and the handlers ask of it (``interrupted``, ``settled``,
+``hold_ends``, ``held``, ``abort_refusal``); and the small helpers every handler changes
+it with (``capped`` and ``_note`` for reasons, ``_enter`` for a phase and its deadline,
+``_ended``).
 
 No I/O, no clock, like the rest of the protocol.
 """
@@ -19,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from retirement.budgets import Budgets, phase_deadline
 from retirement.phases import ORDER, Outcome, Phase, abortable
+from retirement.reports import DeleteResult, RestoreResult, Target
 
 #: While held, members the restore could not yet put back are evaluated again: first after
 #: RECHECK_FIRST, then twice as long each time, never more than RECHECK_MAX apart.
@@ -69,6 +72,8 @@ WHAT: dict[Phase, str] = {
 class Progress(BaseModel):
     """What the protocol knows of the current attempt; ``decide`` reads and returns it.
 
+    Its last fields (``REPORTED``) are the record of what the attempt's activities
+    reported, carried in by the events and kept by ``decide`` whatever it makes of them.
     ``RetirementState`` (the query's answer) extends it, so the workflow keeps one state
     object and the protocol's fields are the state's fields.
     """
@@ -111,6 +116,16 @@ class Progress(BaseModel):
     confirm_at: list[datetime] = Field(default_factory=list)
     reasons: list[str] = Field(default_factory=list)
     phase_timeline: list[tuple[Phase, datetime]] = Field(default_factory=list)
+    # What the activities reported (``REPORTED``):
+    #: What admission bound (``Admitted``).
+    target: Target | None = None
+    #: The last readings per member of a phase activity (``Answered``).
+    last_readings: dict[str, str] = Field(default_factory=dict)
+    #: Every router removal withdrawal asked for in this attempt (``<router Pod UID>|<worker
+    #: URL>``; ``Answered``): the restore adds these very URLs back.
+    router_removals: list[str] = Field(default_factory=list)
+    deleted: DeleteResult | None = None  # what the delete did (``Deleted``)
+    restored: RestoreResult | None = None  # what the last restore did (``Restored``)
 
     @property
     def reason(self) -> str:
@@ -119,6 +134,9 @@ class Progress(BaseModel):
 
 
 P = TypeVar("P", bound=Progress)
+
+#: The fields of ``Progress`` that record what the activities reported (declared last).
+REPORTED = ("target", "last_readings", "router_removals", "deleted", "restored")
 
 
 # ----------------------------------------------------------------------------- predicates

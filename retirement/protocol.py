@@ -3,17 +3,20 @@
 ``decide(progress, event, budgets=...)`` takes what is known of one attempt and the next
 thing that happened (an activity's answer, an abort, a cancel-intent, a workflow
 cancellation, a wait that ended, a retry token) and returns the new progress and the one
-thing to do next.  ``RetirementWorkflow`` executes exactly that and holds no rule of its
-own; every rule about phases, verdicts, deadlines and retries lives in ``decide``, where
-it is property-tested over arbitrary event sequences (``tests/unit/test_protocol.py``).
+thing to do next; what an activity reported comes inside its event, and ``decide``
+records it.  ``RetirementWorkflow`` executes exactly that, holds no rule of its own and
+never writes its state; every rule about phases, verdicts, deadlines and retries lives in
+``decide``, where it is property-tested over arbitrary event sequences
+(``tests/unit/test_protocol.py``).
 
 This module holds ``decide`` and the phase flow (admission, the phase verdicts, the
 delete, the wake-ups).  The rest of the protocol is in the modules it imports, each
-importing only the ones before it: ``retirement.progress`` (``Progress``, its constants,
-the predicates, the helpers every handler shares), ``retirement.vocabulary`` (the events,
-the actions, ``Decision``) and ``retirement.holding`` (the abort side: restore results,
-the hold, abort, cancel-intent, cancellation, retry).  Their public names are re-exported
-here, so ``from retirement.protocol import X`` works as before.
+importing only the ones before it: ``retirement.reports`` (what the activities report),
+``retirement.progress`` (``Progress``, its constants, the predicates, the helpers every
+handler shares), ``retirement.vocabulary`` (the events, the actions, ``Decision``) and
+``retirement.holding`` (the abort side: restore results, the hold, abort, cancel-intent,
+cancellation, retry).  Their public names are re-exported here, so ``from
+retirement.protocol import X`` works as before.
 
 No I/O, no clock: every event carries its own time, so the function is deterministic and
 safe in the workflow sandbox.
@@ -143,6 +146,7 @@ RERUN_DELAY = timedelta(seconds=5)
 
 def decide(p: P, event: Event, *, budgets: Budgets) -> Decision[P]:
     """The one decision function: ``p`` and ``event`` in, new progress and action out."""
+    p = _recorded(p, event)
     if isinstance(event, Started):
         return _started(p, event)
     if isinstance(event, Admitted | Refused):
@@ -164,6 +168,26 @@ def decide(p: P, event: Event, *, budgets: Budgets) -> Decision[P]:
     if isinstance(event, Cancelled):
         return _cancelled(p, event)
     return _retry_offered(p, event)
+
+
+def _recorded(p: P, e: Event) -> P:
+    """``p`` with what the activity behind ``e`` reported: the target admission bound, a
+    phase's last readings and router removals (each removal once), what the delete or the
+    restore did.  Recorded whatever is decided on the event: it happened."""
+    update: dict[str, object] = {}
+    if isinstance(e, Admitted) and e.target is not None:
+        update["target"] = e.target
+    elif isinstance(e, Answered):
+        if e.readings:
+            update["last_readings"] = dict(e.readings)
+        removals = list(dict.fromkeys([*p.router_removals, *e.router_removals]))
+        if removals != p.router_removals:
+            update["router_removals"] = removals
+    elif isinstance(e, Deleted) and e.result is not None:
+        update["deleted"] = e.result
+    elif isinstance(e, Restored) and e.result is not None:
+        update["restored"] = e.result
+    return p.model_copy(update=update) if update else p
 
 
 def _started(p: P, e: Started) -> Decision[P]:

@@ -1,7 +1,8 @@
 """What ``retirement.protocol.decide`` is told and what it answers.
 
 The events (what happened: an activity's answer, an abort, a cancel-intent, a workflow
-cancellation, a wait that ended, a retry token; each carries its own time), the actions
+cancellation, a wait that ended, a retry token; each carries its own time, and an
+activity's answer what the activity reported, for ``decide`` to record), the actions
 (the one thing to do next), their unions ``Event`` and ``Action``, and ``Decision``,
 which carries the new ``Progress`` and the action back.
 """
@@ -14,6 +15,7 @@ from typing import Generic
 
 from retirement.phases import Outcome, Phase, Verdict
 from retirement.progress import P
+from retirement.reports import DeleteResult, RestoreResult, Target
 from retirement.retry import RetryDecision
 
 # ----------------------------------------------------------------------------- events
@@ -28,10 +30,12 @@ class Started:
 
 @dataclass(frozen=True)
 class Admitted:
-    """Admission bound the target; ``restorable``: the members an abort must put back."""
+    """Admission bound ``target`` (recorded as ``Progress.target``); ``restorable``: the
+    members an abort must put back."""
 
     at: datetime
     restorable: tuple[str, ...] = ()
+    target: Target | None = None
 
 
 @dataclass(frozen=True)
@@ -53,15 +57,22 @@ class Answered:
     polls: int = 0
     #: When the reading the verdict rests on was taken (the drain: its last idle round).
     evidence_at: datetime | None = None
+    #: The activity's last readings per member (none: the earlier ones stay), recorded as
+    #: ``Progress.last_readings``.
+    readings: tuple[tuple[str, str], ...] = ()
+    #: The router removals withdrawal asked for, added to ``Progress.router_removals``.
+    router_removals: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Deleted:
-    """The delete activity ended: ``ok`` unless it could not go on (bad input)."""
+    """The delete activity ended: ``ok`` unless it could not go on (bad input); ``result``
+    what it did (recorded as ``Progress.deleted``)."""
 
     at: datetime
     ok: bool = True
     reason: str = ""
+    result: DeleteResult | None = None
 
 
 @dataclass(frozen=True)
@@ -80,7 +91,8 @@ class Restored:
     """The abort's restore ended: ``restored`` the members confirmed back in service,
     ``gone`` those that are not the admitted Pod any more (nothing to put back), ``held``
     those it could not yet put back and why.  A restorable member in none of them was not
-    confirmed back.  ``timed``: a router's selection counted only after lasting a while."""
+    confirmed back.  ``timed``: a router's selection counted only after lasting a while.
+    ``result``: what the restore reported (recorded as ``Progress.restored``)."""
 
     at: datetime
     reason: str = ""
@@ -88,6 +100,7 @@ class Restored:
     restored: tuple[str, ...] = ()
     gone: tuple[str, ...] = ()
     timed: bool = False
+    result: RestoreResult | None = None
 
 
 @dataclass(frozen=True)

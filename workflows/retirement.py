@@ -14,8 +14,6 @@ cancel-intent, or a cancellation.
 
 from __future__ import annotations
 
-from typing import Any
-
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -70,7 +68,7 @@ class RetirementWorkflow:
                 workflow_id=workflow.info().workflow_id, request=request
             )
         self._mirror = Mirror(already=self._s if request.resume is not None else None)
-        self._steps = Steps(state=lambda: self._s, update=self._update, on_cancel=self._on_cancel)
+        self._steps = Steps(state=lambda: self._s, on_cancel=self._on_cancel)
 
     # ----------------------------------------------------------------- handlers
 
@@ -188,10 +186,6 @@ class RetirementWorkflow:
         if not isinstance(d.action, Finish):  # _finish mirrors the final state itself
             self._mirror.show(self._s)
         return d
-
-    def _update(self, **fields: Any) -> None:
-        """Record what an activity reported (target, readings, delete or restore result)."""
-        self._s = self._s.model_copy(update=fields)
 
     def _on_cancel(self) -> None:
         self._apply(Cancelled(at=workflow.now()))

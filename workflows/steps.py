@@ -149,18 +149,17 @@ def _queue_timeout(e: ActivityError) -> bool:
 
 
 class Steps:
-    """Carries out actions for one workflow run; reads and updates its state through the
-    callables it is given."""
+    """Carries out actions for one workflow run.  It reads the run's state through the
+    callable it is given and never writes it: what an activity reported goes back inside
+    the event, for ``decide`` to record."""
 
     def __init__(
         self,
         *,
         state: Callable[[], RetirementState],
-        update: Callable[..., None],
         on_cancel: Callable[[], None],
     ) -> None:
         self._state = state
-        self._update = update
         self._on_cancel = on_cancel
 
     # ------------------------------------------------------------------ actions
@@ -183,8 +182,11 @@ class Steps:
             return Refused(at=workflow.now(), reason=f"admission failed: {e.cause or e}")
         if admission.target is None:
             return Refused(at=workflow.now(), reason=admission.refusal)
-        self._update(target=admission.target)
-        return Admitted(at=workflow.now(), restorable=tuple(admission.target.restorable()))
+        return Admitted(
+            at=workflow.now(),
+            restorable=tuple(admission.target.restorable()),
+            target=admission.target,
+        )
 
     async def run_phase(self, phase: Phase) -> Event:
         """Run ``phase``'s activity until its verdict, the phase deadline, or (abortable
@@ -227,13 +229,6 @@ class Steps:
                 verdict=Verdict.UNKNOWN,
                 reason=failure(PHASE_ACTIVITY[phase].__name__, e),
             )
-        if obs.readings:
-            self._update(last_readings=dict(obs.readings))
-        if obs.router_removals:
-            known = self._state().router_removals
-            self._update(
-                router_removals=[*known, *(r for r in obs.router_removals if r not in known)]
-            )
         return Answered(
             at=now,
             phase=phase,
@@ -241,6 +236,8 @@ class Steps:
             reason=obs.reason,
             polls=obs.polls,
             evidence_at=obs.evidence_at,
+            readings=tuple(obs.readings.items()),
+            router_removals=tuple(obs.router_removals),
         )
 
     async def wait_until(self, until: datetime) -> Event:
@@ -321,9 +318,8 @@ class Steps:
             return NotDeleted(
                 at=workflow.now(), verdict=result.refused.verdict, reason=result.refused.reason
             )
-        self._update(deleted=result)
         note = f"replaced, not touched: {', '.join(result.replaced)}" if result.replaced else ""
-        return Deleted(at=workflow.now(), reason=note)
+        return Deleted(at=workflow.now(), reason=note, result=result)
 
     async def restore(self) -> Event:
         """Put the replica back in service; runs to its end whatever arrives meanwhile.
@@ -331,8 +327,7 @@ class Steps:
         from admission, so an attempt that did nothing is never read as success)."""
         s = self._state()
         if s.target is None:
-            self._update(restored=RestoreResult())
-            return Restored(at=workflow.now())
+            return Restored(at=workflow.now(), result=RestoreResult())
         handle = workflow.start_activity_method(
             RetirementActivities.restore,
             self._phase_input(workflow.now() + RESTORE_BUDGET),
@@ -347,15 +342,18 @@ class Steps:
         try:
             restored: RestoreResult = handle.result()
         except ActivityError as e:
-            self._update(restored=RestoreResult(failed={"*": str(e.cause or e)}))
-            return Restored(at=workflow.now(), reason=failure("restore", e))
-        self._update(restored=restored)
+            return Restored(
+                at=workflow.now(),
+                reason=failure("restore", e),
+                result=RestoreResult(failed={"*": str(e.cause or e)}),
+            )
         return Restored(
             at=workflow.now(),
             held=tuple(sorted(restored.held.items())),
             restored=tuple(restored.restored),
             gone=tuple(sorted(restored.failed)),
             timed=restored.timed,
+            result=restored,
         )
 
     async def hold(self, recheck_at: datetime | None) -> Event:

@@ -7,13 +7,16 @@ every prefix, on the function the workflow really runs.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from retirement.budgets import Budgets
+from retirement.models import RetirementRequest, RetirementState
 from retirement.phases import ORDER, Outcome, Phase, Verdict, abortable
+from retirement.progress import REPORTED
 from retirement.protocol import (
     ABANDON_AFTER,
     REASONS_CAP,
@@ -46,6 +49,7 @@ from retirement.protocol import (
     held,
     recheck_delay,
 )
+from retirement.reports import DeleteResult, IntentKind, MemberTarget, RestoreResult, Target
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BUDGETS = Budgets()
@@ -460,3 +464,162 @@ def test_reasons_are_capped_keeping_the_first_and_the_latest() -> None:
     assert again[-1] == "r1001"
     omitted = int(again[20].split()[1])
     assert omitted + REASONS_CAP - 1 == 1002
+
+
+# ----------------------------------------------------------------------------- the record
+# What an activity reported travels inside its event; ``decide`` records it in the
+# progress (the workflow never writes its state itself).
+
+
+def _target() -> Target:
+    members = [
+        MemberTarget(pod=name, uid=f"uid-{name}", container_id=f"c-{name}", ip="10.0.0.1")
+        for name in MEMBERS
+    ]
+    return Target(
+        namespace="ns",
+        deployment="llm",
+        role="decode",
+        ordinal=1,
+        intent=IntentKind.COUNT_TRIM,
+        engine="vllm",
+        shape="single",
+        members=members,
+    )
+
+
+def test_admitted_records_the_target_admission_bound() -> None:
+    p = decide(Progress(), Started(at=T0), budgets=BUDGETS).progress
+    assert p.target is None
+    target = _target()
+    d = decide(p, Admitted(at=T0, restorable=MEMBERS, target=target), budgets=BUDGETS)
+    assert d.progress.target == target and d.progress.restorable == list(MEMBERS)
+    assert d.action == RunPhase(Phase.DISQUALIFIED)
+    # An Admitted without a target (as most tests send) records none.
+    assert decide(p, Admitted(at=T0), budgets=BUDGETS).progress.target is None
+
+
+def test_an_answer_records_its_readings_and_each_router_removal_once() -> None:
+    p = decide(Progress(), Started(at=T0), budgets=BUDGETS).progress
+    p = decide(p, Admitted(at=T0, restorable=MEMBERS), budgets=BUDGETS).progress
+    readings = (("p-1", "running 0 waiting 0"), ("p-2", "running 2 waiting 0"))
+    d = decide(
+        p,
+        Answered(at=T0, phase=Phase.DISQUALIFIED, verdict=Verdict.VERIFIED, readings=readings),
+        budgets=BUDGETS,
+    )
+    assert d.progress.last_readings == dict(readings)
+    assert list(d.progress.last_readings) == ["p-1", "p-2"]  # in the order reported
+    # An UNKNOWN withdrawal asked two routers; its rerun asked one of them again and a third.
+    first = ("uid-a|http://10.0.0.1:8000", "uid-b|http://10.0.0.1:8000")
+    d = decide(
+        d.progress,
+        Answered(at=T0, phase=Phase.WITHDRAWING, verdict=Verdict.UNKNOWN, router_removals=first),
+        budgets=BUDGETS,
+    )
+    assert d.progress.router_removals == list(first)
+    assert d.progress.last_readings == dict(readings)  # no readings: the earlier ones stay
+    again = ("uid-b|http://10.0.0.1:8000", "uid-c|http://10.0.0.1:8000")
+    d = decide(
+        d.progress,
+        Answered(
+            at=T0,
+            phase=Phase.WITHDRAWING,
+            verdict=Verdict.VERIFIED,
+            router_removals=again,
+            readings=(("p-1", "withdrawn"),),
+        ),
+        budgets=BUDGETS,
+    )
+    assert d.progress.router_removals == [*first, again[1]]
+    assert d.progress.last_readings == {"p-1": "withdrawn"}  # replaced, not merged
+    # Recorded whatever is decided on the answer, as the workflow did: a stale answer's
+    # removals were still asked for, and the restore puts them back.
+    stale = decide(
+        d.progress,
+        Answered(
+            at=T0, phase=Phase.DISQUALIFIED, verdict=Verdict.VERIFIED, router_removals=("x|y",)
+        ),
+        budgets=BUDGETS,
+    )
+    assert not stale.accepted and stale.progress.router_removals[-1] == "x|y"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(["r1|u", "r2|u", "r3|u", "r1|v"]), max_size=4)))
+def test_router_removals_are_every_one_asked_for_once_in_the_order_first_asked(
+    answers: list[list[str]],
+) -> None:
+    p = decide(Progress(), Started(at=T0), budgets=BUDGETS).progress
+    for removals in answers:
+        e = Answered(
+            at=T0,
+            phase=Phase.WITHDRAWING,
+            verdict=Verdict.UNKNOWN,
+            router_removals=tuple(removals),
+        )
+        p = decide(p, e, budgets=BUDGETS).progress
+    assert p.router_removals == list(dict.fromkeys(r for rs in answers for r in rs))
+
+
+def test_deleted_records_what_the_delete_did() -> None:
+    d = _drained(0)
+    assert isinstance(d.action, Delete) and d.progress.deleted is None
+    result = DeleteResult(deleted=["p-1"], replaced=["p-2"], workload="none")
+    done = decide(
+        d.progress,
+        Deleted(at=T0 + timedelta(seconds=5), reason="replaced, not touched: p-2", result=result),
+        budgets=BUDGETS,
+    )
+    assert done.progress.deleted == result and done.action == RunPhase(Phase.SETTLING)
+    # A delete that could not go on reports no result: nothing is recorded.
+    failed = decide(d.progress, Deleted(at=T0, ok=False, reason="Invalid"), budgets=BUDGETS)
+    assert failed.progress.deleted is None
+    assert failed.action == Finish(Outcome.COMPLETED_UNSETTLED, clear=False)
+
+
+def test_restored_records_what_the_last_restore_did() -> None:
+    held_back = RestoreResult(held={"p-1": "PodReady is Unknown"}, restored=["p-2"])
+    d = decide(
+        _aborted().progress,
+        Restored(
+            at=T0,
+            held=(("p-1", "PodReady is Unknown"),),
+            restored=("p-2",),
+            result=held_back,
+        ),
+        budgets=BUDGETS,
+    )
+    assert d.progress.restored == held_back and set(d.progress.unrestored) == {"p-1"}
+    assert isinstance(d.action, Hold) and d.action.recheck_at is not None
+    now = d.action.recheck_at
+    d = decide(d.progress, Woke(at=now), budgets=BUDGETS)
+    assert isinstance(d.action, Restore)
+    back = RestoreResult(restored=list(MEMBERS))
+    d = decide(d.progress, Restored(at=now, restored=MEMBERS, result=back), budgets=BUDGETS)
+    assert d.progress.restored == back and not d.progress.unrestored  # the latest round's
+    # A restore that failed outright is recorded as such (the workflow's ``failed["*"]``).
+    failed = RestoreResult(failed={"*": "restore failed: timeout"})
+    d = decide(
+        _aborted().progress,
+        Restored(at=T0, reason="restore failed: timeout", result=failed),
+        budgets=BUDGETS,
+    )
+    assert d.progress.restored == failed and set(d.progress.unrestored) == set(MEMBERS)
+
+
+def test_the_record_keeps_the_states_json_as_histories_hold_it() -> None:
+    """``Progress`` declares what the activities reported last (``REPORTED``); the state's
+    JSON keeps those keys where every earlier build wrote them: after ``request``, before
+    ``history`` (``tests/workflows/test_histories.py`` checks the recorded payloads)."""
+    assert tuple(Progress.model_fields)[-len(REPORTED) :] == REPORTED
+    request = RetirementRequest(namespace="ns", deployment="llm", role="decode", ordinal=1)
+    state = RetirementState.begin(workflow_id="w", request=request).model_copy(
+        update={"target": _target(), "router_removals": ["r|u"]}
+    )
+    protocol = [k for k in Progress.model_fields if k not in REPORTED]
+    keys = list(json.loads(state.model_dump_json()))
+    assert keys == [*protocol, "workflow_id", "request", *REPORTED, "history"]
+    assert list(state.model_dump()) == keys
+    carried = state.carried_request()
+    assert RetirementRequest.model_validate_json(carried.model_dump_json()) == carried

@@ -8,18 +8,35 @@
 - Every timer the workflow starts names what it waits for (the Temporal UI shows the
   summary instead of ``1 (5m, 20s)``): live on the time-skipping server, and in the
   recorded histories.
+- Every payload the recorded histories hold (the workflow's input, a continue-as-new's
+  input with the held state it carries, its result, each activity's input and result)
+  decodes into its model and encodes again byte for byte.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
+from pydantic import BaseModel
+from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
+from retirement.models import (
+    Admission,
+    AdmitInput,
+    DeleteResult,
+    Observation,
+    PhaseInput,
+    PublishInput,
+    RestoreResult,
+    RetirementRequest,
+    RetirementState,
+)
 from tests.workflows.history_paths import HISTORIES, TIME_SKIPPING, run_paths
 from workflows.retirement import RetirementWorkflow
 from workflows.steps import PHASE_ACTIVITY, backstop_summary, rerun_summary
@@ -131,3 +148,55 @@ async def test_every_timer_names_what_it_waits_for(
     assert kinds == {"backstop", "rerun", "held"}, kinds
     carried = dict(histories)["long-hold-carried"]
     assert any(HELD.match(s) for s in timer_summaries(carried))
+
+
+#: The models of each activity's input and result (``publish`` returns nothing).
+ACTIVITY_IO: dict[str, tuple[type[BaseModel], type[BaseModel] | None]] = {
+    "admit": (AdmitInput, Admission),
+    **{name: (PhaseInput, Observation) for name in ("disqualify", "withdraw", "drain", "settle")},
+    "delete": (PhaseInput, DeleteResult),
+    "restore": (PhaseInput, RestoreResult),
+    "publish": (PublishInput, None),
+}
+
+
+def payloads(history: WorkflowHistory) -> Iterator[tuple[Payload, type[BaseModel]]]:
+    """Every payload of the workflow's input (a continue-as-new's too), its result, and
+    its activities' inputs and results, with the model it holds."""
+    scheduled: dict[int, str] = {}
+    for e in history.events:
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            for p in e.workflow_execution_started_event_attributes.input.payloads:
+                yield p, RetirementRequest
+        elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+            for p in e.workflow_execution_continued_as_new_event_attributes.input.payloads:
+                yield p, RetirementRequest
+        elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+            for p in e.workflow_execution_completed_event_attributes.result.payloads:
+                yield p, RetirementState
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            a = e.activity_task_scheduled_event_attributes
+            scheduled[e.event_id] = a.activity_type.name
+            for p in a.input.payloads:
+                yield p, ACTIVITY_IO[a.activity_type.name][0]
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            c = e.activity_task_completed_event_attributes
+            result = ACTIVITY_IO[scheduled[c.scheduled_event_id]][1]
+            for p in c.result.payloads if result is not None else ():
+                yield p, result
+
+
+def test_recorded_payloads_encode_as_they_were_recorded() -> None:
+    """What goes into history keeps its shape (field names, values, key order): a model
+    change that fails here changes what running retirements' histories hold, and the
+    histories are recorded again only on purpose (``history_paths``)."""
+    convert = pydantic_data_converter.payload_converter
+    seen: set[str] = set()
+    for name, history in recorded():
+        for payload, model in payloads(history):
+            again = convert.to_payloads([convert.from_payload(payload, model)])[0]
+            assert again.data == payload.data, f"{name}: a {model.__name__} encodes otherwise"
+            seen.add(model.__name__)
+    assert seen == {m.__name__ for m in (RetirementRequest, RetirementState)} | {
+        m.__name__ for io in ACTIVITY_IO.values() for m in io if m is not None
+    }

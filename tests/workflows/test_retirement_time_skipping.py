@@ -145,6 +145,10 @@ async def test_happy_path(world_worker: tuple[Client, FakeWorld, str]) -> None:
     assert world.calls == ["admit", "disqualify", "withdraw", "drain", "delete", "settle"]
     assert st.deleted is not None
     assert st.deleted.deleted == [f"{req.deployment}-server-1"] and st.deleted.refused is None
+    # What the activities reported reached the state (carried in the events, recorded by
+    # ``decide``): the target admission bound, the last phase's readings.
+    assert st.target is not None and st.target.deployment == req.deployment
+    assert st.last_readings == {"m": "settle reading"}
     assert world.published[-1].clear and world.published[-1].phase is Phase.COMPLETED
     desc = await handle.describe()
     sa = {k.name: v for k, v in ((p.key, p.value) for p in desc.typed_search_attributes)}
