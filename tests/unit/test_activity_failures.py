@@ -8,7 +8,7 @@ import pytest
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
-from workflows.steps import failure
+from workflows.wording import failure
 
 
 def error(cause: BaseException, *, started_event_id: int) -> ActivityError:

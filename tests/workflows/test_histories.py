@@ -39,7 +39,7 @@ from retirement.models import (
 )
 from tests.workflows.history_paths import HISTORIES, TIME_SKIPPING, run_paths
 from workflows.retirement import RetirementWorkflow
-from workflows.steps import PHASE_ACTIVITY, backstop_summary, rerun_summary
+from workflows.wording import PHASE_ACTIVITY, backstop_summary, rerun_summary
 
 #: The paths a new build must replay (each file is one run; two runs where the path
 #: continues as new).
