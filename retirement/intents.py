@@ -16,8 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from retirement.models import IntentKind, RetirementRequest
+from retirement.models import IntentKind, RetirementRequest, RetirementState
 from retirement.names import LABEL_COMPONENT, LABEL_MEMBER_INDEX, LABEL_ORDINAL
+from retirement.phases import Outcome, abortable
 from retirement.text import is_decimal
 
 
@@ -140,6 +141,19 @@ class SpecLike(Protocol):
     def role(self, name: str) -> RoleLike | None: ...
 
 
+class DeploymentLike(SpecLike, Protocol):
+    """A deployment with its identity (``kube.deployment.ModelDeployment``)."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def uid(self) -> str: ...
+
+
 class PodLike(Protocol):
     """What the intent rule reads of a Pod (``kube.objects.Pod`` or ``PodView``)."""
 
@@ -210,3 +224,20 @@ def intent_refusal(md: SpecLike, pods: Sequence[PodLike], req: RetirementRequest
             "it is not a removal intent"
         )
     return f"replica {replica} is no longer a removal intent of the live spec and Pods"
+
+
+def intent_vanished(md: DeploymentLike, pods: Sequence[PodLike], state: RetirementState) -> str:
+    """Why the intent of the retirement ``state`` went away; empty while it stands."""
+    req = state.request
+    role = md.role(req.role)
+    if req.intent is IntentKind.COUNT_TRIM and role is not None and req.ordinal < role.replicas:
+        return f"the spec re-declares {req.role} ordinal {req.ordinal}"
+    admitted = state.target.deployment_uid if state.target is not None else ""
+    if admitted and admitted != md.uid:
+        return (
+            f"ModelDeployment {md.namespace}/{md.name} was re-created (UID {md.uid}; "
+            f"the retirement admitted UID {admitted})"
+        )
+    if state.outcome is Outcome.RUNNING and not abortable(state.phase):
+        return ""  # the deletes are under way: its Pods go because of it
+    return intent_refusal(md, pods, req)

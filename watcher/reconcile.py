@@ -46,10 +46,10 @@ from kube.api import KubeApi
 from kube.deployment import MalformedDeployment, ModelDeployment
 from kube.errors import KubeError, NotFound
 from kube.objects import ObjectRef, Pod
-from retirement.intents import Intent, RoleSpec, derive_intents, intent_refusal, view_of
-from retirement.models import IntentKind, RetirementState, RetryRequest, workflow_id_for
+from retirement.intents import Intent, RoleSpec, derive_intents, intent_vanished, view_of
+from retirement.models import RetirementState, RetryRequest, workflow_id_for
 from retirement.names import APP_NAME, LABEL_INSTANCE, LABEL_NAME
-from retirement.phases import Outcome, abortable
+from retirement.phases import Outcome
 from watcher import retry_annotation
 from watcher.fleet import Broken, Fleet, Key, decode_deployment
 from watcher.labels import Active, LabelRepairs
@@ -367,7 +367,7 @@ class Reconciler:
             return  # its outcome is decided
         if state.cancel_intent is not None:
             return  # already told
-        reason = _vanished(md, pods, state)
+        reason = intent_vanished(md, pods, state)
         if not reason:
             return
         await self.retirements.cancel_intent(wid, reason[:256])
@@ -405,20 +405,3 @@ class Reconciler:
         """Repair the eligibility label of members no active retirement names
         (``watcher.labels``; ``asked``: Temporal was already asked what runs)."""
         await self.labels.maintain(md, pods, active, asked=asked)
-
-
-def _vanished(md: ModelDeployment, pods: list[Pod], state: RetirementState) -> str:
-    """Why the intent of the retirement ``state`` went away; empty while it stands."""
-    req = state.request
-    role = md.role(req.role)
-    if req.intent is IntentKind.COUNT_TRIM and role is not None and req.ordinal < role.replicas:
-        return f"the spec re-declares {req.role} ordinal {req.ordinal}"
-    admitted = state.target.deployment_uid if state.target is not None else ""
-    if admitted and admitted != md.uid:
-        return (
-            f"ModelDeployment {md.namespace}/{md.name} was re-created (UID {md.uid}; "
-            f"the retirement admitted UID {admitted})"
-        )
-    if state.outcome is Outcome.RUNNING and not abortable(state.phase):
-        return ""  # the deletes are under way: its Pods go because of it
-    return intent_refusal(md, pods, req)
