@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     plan = draw(seed=a.seed, seconds=a.minutes * 60, deployments=a.deployments, pace=a.pace)
     exit_on_sigterm()  # a timeout's SIGTERM still stops the bed
-    bed = Bed(state_dir=REPO_ROOT / ".bed" / "chaos")
+    # One state directory per mode: a later run does not wipe the evidence of an earlier
+    # one (the audit log, the routers', worker's and watcher's logs).
+    bed = Bed(state_dir=REPO_ROOT / ".bed" / f"chaos-{a.mode}")
     try:
         print("starting the bed (control plane with the audit log, emulator hub)", flush=True)
         bed.start()

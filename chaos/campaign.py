@@ -41,6 +41,7 @@ from retirement.names import (
     VERSION,
 )
 from retirement.phases import Outcome
+from testbed import jsonhttp
 from testbed.bed import ROUTERS, Bed
 from testbed.load import Load, warm_up
 from testbed.procs import Child, free_port, wait_until
@@ -132,6 +133,22 @@ async def restarted(start: Callable[[], Child], what: str, *, within_s: float = 
                 raise
             say(f"{what} did not come up ({type(e).__name__}); starting it again")
             await asyncio.sleep(3)
+
+
+#: How long a restarted router's fault may last while it has no worker to route to.
+ROUTER_BACK_S = 120.0
+
+
+def routes(url: str, program: str) -> bool:
+    """Whether the router at ``url`` lists a worker it may route to (smg: ``ready``; the
+    others list only what they route to).  Unreachable or unreadable: no."""
+    vllm = ROUTERS[program] == "vllm-router"
+    try:
+        body = jsonhttp.call(url + ("/list_workers" if vllm else "/workers"), timeout=2)
+    except (OSError, ValueError):
+        return False
+    items = (body or {}).get("urls" if vllm else "workers") if isinstance(body, dict) else None
+    return any(not isinstance(i, dict) or i.get("status", "ready") == "ready" for i in items or [])
 
 
 def deployment_of(workflow_id: str) -> str:
@@ -272,6 +289,10 @@ class Run:
             self.faults.append(Fault("kill-watcher", t0, time.time(), "*"))
 
     async def _kill_router(self, a: Action) -> None:
+        """kill -9 a deployment's router and start it again after ``a.value`` s.  The fault
+        lasts until the new router routes again: until it lists a worker it may route to
+        (its Kubernetes discovery re-learned the eligible members; bounded by
+        ``ROUTER_BACK_S``), not merely until its process answers."""
         dep = next(d for d in self.plan.deployments if d.name == a.target)
         assert dep.router is not None
         t0 = time.time()
@@ -279,9 +300,16 @@ class Run:
         child.kill()
         await asyncio.sleep(a.value)
         try:
-            await asyncio.to_thread(
+            url = await asyncio.to_thread(
                 self.bed.start_router, self.ns, dep.name, program=dep.router, timeout=60
             )
+            deadline = time.monotonic() + ROUTER_BACK_S
+            while time.monotonic() < deadline:
+                if await asyncio.to_thread(routes, url, dep.router):
+                    break
+                await asyncio.sleep(0.5)
+            else:
+                say(f"kill-router {dep.name}: no routable worker {ROUTER_BACK_S:g} s after")
         finally:
             self.faults.append(Fault("kill-router", t0, time.time(), dep.name))
 

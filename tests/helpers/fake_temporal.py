@@ -10,7 +10,8 @@ the default ID-reuse policy allows), and ``get_workflow_handle(id)`` with ``desc
 the run named by ``run_id`` or else the latest).  The ``retry`` update answers with the
 product's own rule (``retirement.retry.decide_retry``) over the run's state; the state is
 whatever the test puts there (``running``, ``set_state``, ``close``): the workflow itself
-is not run.
+is not run.  ``list_workflows`` lists every run its visibility query selects, judged as
+the server does for the queries the product sends (``tests.helpers.visibility``).
 
 Any method can be made to fail (``fail``), a hook can act between calls (``on``), and
 every call is recorded (``calls``).  Hand it to the reconcile with ``client()``.
@@ -33,6 +34,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from retirement.models import RetirementRequest, RetirementState, RetryResult
 from retirement.phases import Outcome
 from retirement.retry import RetryDecision, decide_retry
+from tests.helpers.visibility import STATUS_NAMES, matches
 from workflows.mirror import SA_OUTCOME, SA_PHASE, initial_search_attributes
 
 __all__ = ["FakeHandle", "FakeRun", "FakeTemporal", "TemporalCall", "rpc_error"]
@@ -213,17 +215,21 @@ class FakeTemporal:
     # ------------------------------------------------------------ the client surface
 
     def list_workflows(self, query: str | None = None, **_: Any) -> AsyncIterator[FakeListed]:
-        """The running workflows (the reconcile asks only for those): a visibility list."""
+        """A visibility list: every run (closed ones too, as the server keeps them) that
+        ``query`` selects (``tests.helpers.visibility``: a query it cannot judge raises)."""
         self._record(TemporalCall("list_workflows", "", arg=query))
-        listed = [
-            FakeListed(
-                id=wid,
-                run_id=runs[-1].run_id,
-                typed_search_attributes=_listed_attributes(runs[-1].state),
-            )
-            for wid, runs in self.runs.items()
-            if runs[-1].status is WorkflowExecutionStatus.RUNNING
-        ]
+        listed = []
+        for wid, runs in self.runs.items():
+            for run in runs:
+                attributes = _listed_attributes(run.state)
+                fields = {
+                    "WorkflowId": wid,
+                    "WorkflowType": WORKFLOW_TYPE,
+                    "ExecutionStatus": STATUS_NAMES[run.status],
+                    **{p.key.name: str(p.value) for p in attributes.search_attributes},
+                }
+                if matches(query, fields):
+                    listed.append(FakeListed(wid, run.run_id, attributes, run.status))
 
         async def each() -> AsyncIterator[FakeListed]:
             for item in listed:

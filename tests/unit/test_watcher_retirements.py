@@ -19,6 +19,7 @@ from watcher.retirements import (
     classify,
     error_name,
 )
+from watcher.running import QUERY
 
 WID = "retirement/ns/md"
 REQ = RetirementRequest(namespace="ns", deployment="md", role="server", ordinal=1)
@@ -71,7 +72,7 @@ async def test_a_second_start_is_already_running_and_a_failure_is_classified() -
         await retirements.state(WID)
     assert (await retirements.state(WID)).request == REQ
     assert (await retirements.retry(WID, RetryRequest(token="t-1"))).decision
-    assert [wf.id for wf in await retirements.listing("q")] == [WID]
+    assert [wf.id for wf in await retirements.listing(QUERY)] == [WID]
     assert counted == [
         "start_workflow",
         "describe",
