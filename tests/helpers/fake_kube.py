@@ -7,12 +7,17 @@ typed views as the real client, and it is faithful where the product's safety re
 - JSON patches (RFC 6902) are applied atomically with the API server's semantics
   (evanphx/json-patch): a ``test`` of a missing key with ``null`` passes, a failed ``test``
   or a ``remove`` of a missing key is ``Invalid`` (HTTP 422) and changes nothing;
+- a patch that leaves a label the API server's validation refuses (key or value syntax,
+  length) is ``Invalid`` (HTTP 422) and changes nothing;
 - deletes carry UID preconditions (``Conflict`` on another UID), reads of a missing
   object are ``NotFound``;
 - merge patches (RFC 7386) with a ``metadata.resourceVersion`` are optimistic
   (``Conflict`` when stale), every write bumps the resourceVersion;
 - Events of an existing name are ``Conflict``; Workloads are ``NotFound`` when Kueue is
   "not installed".
+
+Each of these strictnesses has its twin against the real API server
+(``tests/bed/test_fake_kube_twin_on_bed.py``: the same calls, the same answers).
 
 Exec results are scripted per Pod (``script_exec``); any call can be made to fail
 (``fail``); every call is recorded (``calls``).
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import re
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -153,6 +159,27 @@ def apply_merge_patch(target: Any, patch: Any) -> Any:
 
 
 # ---------------------------------------------------------------- label selectors
+
+
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def label_errors(labels: Mapping[str, Any]) -> list[str]:
+    """What the API server's validation says of these labels (apimachinery's
+    ``ValidateLabels``: a key is an optional DNS-subdomain prefix of at most 253
+    characters and ``/``, then a name of 1-63; a value is a string of at most 63, empty
+    or alphanumeric at both ends with ``-_.`` inside); empty when they are valid."""
+    out = []
+    for key, value in labels.items():
+        prefix, _, name = key.rpartition("/")
+        if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+            out.append(f"metadata.labels: Invalid value: {key!r}: prefix part")
+        if not name or len(name) > 63 or not _LABEL_NAME.match(name):
+            out.append(f"metadata.labels: Invalid value: {key!r}: name part")
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_NAME.match(value):
+            out.append(f"metadata.labels: Invalid value: {value!r}")
+    return out
 
 
 def matches(labels: Mapping[str, str], selector: str) -> bool:
@@ -556,6 +583,14 @@ class FakeKube:
                     reason="Unprocessable Entity",
                     detail=str(e),
                 ) from e
+            bad = label_errors(patched["metadata"].get("labels") or {})
+            if bad:
+                raise Invalid(
+                    f"patch Pod {namespace}/{name}",
+                    status=422,
+                    reason="Unprocessable Entity",
+                    detail="; ".join(bad),
+                )
             if patched["metadata"].get("uid") != pod["metadata"].get("uid"):
                 raise Invalid(
                     f"patch Pod {namespace}/{name}",

@@ -1,0 +1,154 @@
+"""``FakeKube`` and the real API server, side by side (issue 21: every strictness of a
+fake has its twin).  The same calls of the product's Kubernetes layer (``kube.api.KubeApi``)
+go to a ``FakeKube`` holding the same objects and to ``kube.client.Kube`` on the bed; each
+case asserts that both answer alike (the same error class of ``kube.errors``, or the same
+result) and that a refused call changed nothing on either."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from kube.api import KubeApi
+from kube.client import Kube
+from kube.errors import Conflict, Invalid, KubeError, NotFound
+from retirement.names import GROUP, LABEL_ELIGIBLE, PLURAL, VERSION
+from testbed.bed import Bed
+from tests.helpers.fake_kube import FakeKube
+from tests.helpers.manifests import model_deployment
+
+pytestmark = pytest.mark.bed
+
+POD = "twin-0"
+MD = "twin"
+ELIGIBLE_PATH = "/metadata/labels/" + LABEL_ELIGIBLE.replace("/", "~1")
+
+
+def pod_body(namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": POD, "namespace": namespace, "labels": {LABEL_ELIGIBLE: "true"}},
+        "spec": {"containers": [{"name": "main", "image": "engine"}]},
+    }
+
+
+class Twins:
+    """The same objects on the bed and in a FakeKube; ``both`` runs a call on each."""
+
+    def __init__(self, bed: Bed, namespace: str) -> None:
+        self.ns = namespace
+        self.real = Kube.from_config(kubeconfig=str(bed.cp.kubeconfig))
+        self.fake = FakeKube()
+        api = bed.api_client()
+        real_pod = client.CoreV1Api(api).create_namespaced_pod(namespace, pod_body(namespace))
+        self.fake.add_pod({**pod_body(namespace), "metadata": {**pod_body(namespace)["metadata"]}})
+        md = model_deployment(MD)
+        client.CustomObjectsApi(api).create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, md
+        )
+        self.fake.add_deployment({**md, "metadata": {**md["metadata"], "namespace": namespace}})
+        self.uids = {
+            "real": real_pod.metadata.uid,
+            "fake": self.fake.read_pod(namespace=namespace, name=POD).uid,
+        }
+
+    def both(self, call: Callable[[KubeApi, str], Any]) -> dict[str, Any]:
+        """``call(api, uid)`` on each side: its result, or the ``kube.errors`` class it raised."""
+        out: dict[str, Any] = {}
+        for side, api in (("real", self.real), ("fake", self.fake)):
+            try:
+                out[side] = call(api, self.uids[side])
+            except KubeError as e:
+                out[side] = type(e)
+        return out
+
+    def labels(self) -> dict[str, dict[str, str]]:
+        return {
+            side: dict(api.read_pod(namespace=self.ns, name=POD).labels)
+            for side, api in (("real", self.real), ("fake", self.fake))
+        }
+
+
+@pytest.fixture
+def twins(bed: Bed, namespace: str) -> Iterator[Twins]:
+    yield Twins(bed, namespace)
+
+
+def test_a_failed_json_patch_test_is_invalid_on_both_and_changes_nothing(twins: Twins) -> None:
+    before = twins.labels()
+    ops = [
+        {"op": "test", "path": ELIGIBLE_PATH, "value": "false"},
+        {"op": "remove", "path": ELIGIBLE_PATH},
+    ]
+    got = twins.both(lambda api, _uid: api.patch_pod(namespace=twins.ns, name=POD, ops=ops))
+    assert got == {"real": Invalid, "fake": Invalid}
+    assert twins.labels() == before
+
+
+def test_removing_a_missing_label_is_invalid_on_both(twins: Twins) -> None:
+    ops = [{"op": "remove", "path": "/metadata/labels/absent"}]
+    got = twins.both(lambda api, _uid: api.patch_pod(namespace=twins.ns, name=POD, ops=ops))
+    assert got == {"real": Invalid, "fake": Invalid}
+
+
+def test_a_test_of_a_missing_label_against_null_passes_on_both(twins: Twins) -> None:
+    ops = [
+        {"op": "test", "path": "/metadata/labels/absent", "value": None},
+        {"op": "add", "path": "/metadata/labels/added", "value": "yes"},
+    ]
+    got = twins.both(
+        lambda api, _uid: api.patch_pod(namespace=twins.ns, name=POD, ops=ops).labels["added"]
+    )
+    assert got == {"real": "yes", "fake": "yes"}
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        (LABEL_ELIGIBLE, "not valid!"),
+        (LABEL_ELIGIBLE, "x" * 64),
+        ("Bad_Prefix.example/name", "v"),
+        ("a/" + "n" * 64, "v"),
+        ("-starts-with-dash", "v"),
+    ],
+)
+def test_a_label_the_server_refuses_is_invalid_on_both(twins: Twins, key: str, value: str) -> None:
+    before = twins.labels()
+    path = "/metadata/labels/" + key.replace("~", "~0").replace("/", "~1")
+    ops = [{"op": "add", "path": path, "value": value}]
+    got = twins.both(lambda api, _uid: api.patch_pod(namespace=twins.ns, name=POD, ops=ops))
+    assert got == {"real": Invalid, "fake": Invalid}
+    assert twins.labels() == before
+
+
+def test_a_delete_under_another_uid_is_a_conflict_on_both_and_deletes_nothing(
+    twins: Twins,
+) -> None:
+    wrong = "00000000-0000-0000-0000-000000000000"
+    got = twins.both(lambda api, _uid: api.delete_pod(namespace=twins.ns, name=POD, uid=wrong))
+    assert got == {"real": Conflict, "fake": Conflict}
+    assert set(twins.labels()) == {"real", "fake"}  # both still there
+
+
+def test_a_missing_pod_is_not_found_on_both(twins: Twins) -> None:
+    got = twins.both(lambda api, _uid: api.read_pod(namespace=twins.ns, name="absent"))
+    assert got == {"real": NotFound, "fake": NotFound}
+    got = twins.both(lambda api, _uid: api.delete_pod(namespace=twins.ns, name="absent", uid="u"))
+    assert got == {"real": NotFound, "fake": NotFound}
+
+
+def test_a_merge_patch_on_a_stale_resource_version_is_a_conflict_on_both(twins: Twins) -> None:
+    def stale(api: KubeApi, _uid: str) -> Any:
+        md = api.get_deployment(namespace=twins.ns, name=MD)
+        rv = md["metadata"]["resourceVersion"]
+        api.patch_deployment(
+            namespace=twins.ns, name=MD, patch={"metadata": {"labels": {"a": "1"}}}
+        )
+        patch = {"metadata": {"resourceVersion": rv, "annotations": {"b": "2"}}}
+        return api.patch_deployment(namespace=twins.ns, name=MD, patch=patch)
+
+    assert twins.both(stale) == {"real": Conflict, "fake": Conflict}
