@@ -7,6 +7,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from retirement.shape import Shape, read_shape
+
 #: Router programs the deployments are put behind, in turn (None: router-less).
 ROUTER_CYCLE: tuple[str | None, ...] = (
     "sglang-router",
@@ -60,11 +62,17 @@ class Deployment:
 
     @property
     def serving_members(self) -> int:
-        """Members of a replica that serve (are endpoint-eligible): a leader-served group
-        serves through its leader, an External-DP group through every rank."""
-        if self.size > 1 and "--data-parallel-external-lb" not in self.args:
-            return 1
-        return self.size
+        """Members of a replica that serve (are endpoint-eligible), by the product's own
+        shape rule: a leader-served group serves through its leader, an External-DP group
+        through every rank."""
+        shape = read_shape(
+            engine=self.engine,
+            role_kind="Server",
+            size=self.size,
+            extra_args=self.args,
+            command=None,
+        )
+        return self.size if shape.shape is Shape.EXTERNAL_DP else 1
 
 
 @dataclass(frozen=True)
