@@ -218,20 +218,18 @@ class Run:
         finally:
             self._busy.discard(key)
 
+    async def _patch_deployment(self, name: str, body: dict[str, Any]) -> None:
+        """A merge patch of one of the campaign's ModelDeployments."""
+        await asyncio.to_thread(
+            self.custom.patch_namespaced_custom_object, GROUP, VERSION, self.ns, PLURAL, name, body
+        )
+
     async def _scale(self, a: Action) -> None:
         dep = next(d for d in self.plan.deployments if d.name == a.target)
         body = {"spec": {"roles": [role(dep, int(a.value))]}}
         for attempt in range(30):  # a person tries again while the API server is away
             try:
-                await asyncio.to_thread(
-                    self.custom.patch_namespaced_custom_object,
-                    GROUP,
-                    VERSION,
-                    self.ns,
-                    PLURAL,
-                    a.target,
-                    body,
-                )
+                await self._patch_deployment(a.target, body)
                 break
             except (urllib3.exceptions.HTTPError, OSError):
                 if attempt == 29:
@@ -441,15 +439,7 @@ class Run:
             value = f"{st.request.role}:{st.request.ordinal}:{token}"
             body = {"metadata": {"annotations": {ANNOTATION_RETRY: value}}}
             t0 = time.time()
-            await asyncio.to_thread(
-                self.custom.patch_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                self.ns,
-                PLURAL,
-                a.target,
-                body,
-            )
+            await self._patch_deployment(a.target, body)
             self.faults.append(Fault("retry-annotation", t0, time.time(), a.target))
             return
 
