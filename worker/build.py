@@ -10,11 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities import RetirementActivities
 from activities.fairslots import WorkerSlots
 from kube.client import Kube
+from worker.stale_activations import StaleActivationGuard
 from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow
 
@@ -28,6 +30,12 @@ class Serves(StrEnum):
     WORKFLOWS = "workflows"
     #: Activities only: the Kubernetes reads, writes and drain execs.
     ACTIVITIES = "activities"
+
+
+def workflow_runner() -> WorkflowRunner:
+    """How the worker runs workflow code: the SDK's sandbox, with activations on a stale
+    clock refused (``worker.stale_activations``)."""
+    return StaleActivationGuard(SandboxedWorkflowRunner())
 
 
 def build_worker(
@@ -59,6 +67,7 @@ def build_worker(
         activities=(
             RetirementActivities(kube, slots=slots).all() if kube is not None and activities else []
         ),
+        workflow_runner=workflow_runner(),
         activity_executor=executor if activities else None,
         max_concurrent_activities=executor._max_workers if activities else None,
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,

@@ -54,6 +54,7 @@ from tests.bed.support import (
     wctx,
 )
 from tests.helpers import eventually_async, eventually_in_thread
+from worker.build import workflow_runner
 from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow
 
@@ -238,6 +239,7 @@ async def test_a_label_put_back_between_the_last_drain_round_and_the_delete_keep
             ctx.client,
             task_queue=queue,
             workflows=[RetirementWorkflow],
+            workflow_runner=workflow_runner(),
             activities=[a for a in acts.all() if a.__name__ != "drain"] + [person.drain],
             activity_executor=pool,
             max_concurrent_activities=8,

@@ -19,6 +19,7 @@ from retirement.models import RetirementRequest, RetirementState, workflow_id_fo
 from retirement.phases import Outcome, Phase
 from tests.helpers import eventually_async
 from tests.workflows.fakes import FakeWorld
+from worker.build import workflow_runner
 from workflows import story
 from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
@@ -32,6 +33,7 @@ async def running(dev_env: WorkflowEnvironment) -> AsyncIterator[tuple[Client, F
         dev_env.client,
         task_queue=queue,
         workflows=[RetirementWorkflow],
+        workflow_runner=workflow_runner(),
         activities=world.activities(),
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     ):

@@ -64,6 +64,7 @@ from tests.helpers.watcher_world import (
 from tests.workflows.fakes import FakeWorld
 from watcher.metrics import WatcherMetrics
 from watcher.reconcile import Reconciler, WatcherSettings
+from worker.build import workflow_runner
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -645,6 +646,7 @@ async def live(time_skipping_env: WorkflowEnvironment) -> AsyncIterator[Live]:
         time_skipping_env.client,
         task_queue=queue,
         workflows=[RetirementWorkflow],
+        workflow_runner=workflow_runner(),
         activities=cast("list[Callable[..., Any]]", world.activities()),
     ):
         yield Live(time_skipping_env, world, w, md)

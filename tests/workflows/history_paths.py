@@ -41,6 +41,7 @@ from retirement.models import (
 from retirement.phases import Outcome
 from tests.helpers.retirements import end_retirement
 from tests.workflows.fakes import FakeWorld
+from worker.build import workflow_runner
 from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow
 
@@ -266,6 +267,7 @@ async def run_paths(env: WorkflowEnvironment, paths: list[Path_]) -> list[Run]:
             env.client,
             task_queue=queue,
             workflows=[RetirementWorkflow],
+            workflow_runner=workflow_runner(),
             activities=world.activities(),
             max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         ):

@@ -25,6 +25,7 @@ from retirement.models import PublishInput, RetirementRequest, RetirementState
 from retirement.phases import Outcome, Phase
 from tests.helpers.retirements import end_retirement
 from tests.workflows.fakes import FakeWorld
+from worker.build import workflow_runner
 from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow
 
@@ -59,6 +60,7 @@ async def saturated(env: WorkflowEnvironment) -> AsyncIterator[tuple[Client, Sat
             env.client,
             task_queue=queue,
             workflows=[RetirementWorkflow],
+            workflow_runner=workflow_runner(),
             activities=world.activities(),
             max_concurrent_activities=1,
             max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,

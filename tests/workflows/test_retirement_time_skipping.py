@@ -42,6 +42,7 @@ from tests.helpers import model_deployment
 from tests.helpers.fake_kube import FakeKube, member_pod, oneshot_stdout
 from tests.helpers.retirements import end_retirement
 from tests.workflows.fakes import FakeWorld
+from worker.build import workflow_runner
 from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow
 
@@ -60,6 +61,7 @@ async def world_worker(
         time_skipping_env.client,
         task_queue=queue,
         workflows=[RetirementWorkflow],
+        workflow_runner=workflow_runner(),
         activities=world.activities(),
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     ):
@@ -614,6 +616,7 @@ async def test_an_unlabelled_surplus_member_is_shed_not_held() -> None:
                 env.client,
                 task_queue=queue,
                 workflows=[RetirementWorkflow],
+                workflow_runner=workflow_runner(),
                 activities=RetirementActivities(kube).all(),
                 activity_executor=pool,
                 max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,

@@ -43,6 +43,7 @@ from tests.helpers.dev_server import start
 from tests.workflows.fakes import FakeWorld
 from watcher.retirements import Retirements
 from watcher.running import RunningSet
+from worker.build import workflow_runner
 from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow
 
@@ -373,6 +374,7 @@ async def test_a_retirement_completes_with_its_worker_and_client_over_mtls(
         client,
         task_queue=queue,
         workflows=[RetirementWorkflow],
+        workflow_runner=workflow_runner(),
         activities=world.activities(),
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     ):

@@ -21,6 +21,7 @@ from tests.helpers import eventually_async
 from tests.helpers.dev_server import start, until
 from tests.helpers.retirements import end_retirement
 from tests.workflows.fakes import FakeWorld
+from worker.build import workflow_runner
 from worker.telemetry import runtime_serving_metrics
 from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow
@@ -53,6 +54,7 @@ async def test_the_worker_serves_sdk_and_retirement_metrics(dev_env: WorkflowEnv
         client,
         task_queue=queue,
         workflows=[RetirementWorkflow],
+        workflow_runner=workflow_runner(),
         activities=world.activities(),
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     ):
