@@ -60,11 +60,28 @@ AGENTS = {"product": WORKER_AGENT, "plain": PLAIN_AGENT, "prestop": PRESTOP_AGEN
 MODES = tuple(AGENTS)
 
 #: Action kinds that must not overlap one another (one key for both).
-EXCLUSIVE = {"kill-apiserver": "apiserver", "stall-apiserver": "apiserver"}
+EXCLUSIVE = {
+    "kill-apiserver": "apiserver",
+    "stall-apiserver": "apiserver",
+    "kill-router": "router",
+    "stall-router": "router",
+    "kill-worker": "worker",
+    "pause-worker": "worker",
+}
 
 #: What the preStop baseline's Pods carry: the gpustack operator's own preStop settle
 #: (5 s) and grace period (30 s), as the scale-down benchmark's baseline does.
 PRESTOP = PodTermination(prestop_seconds=5, grace_seconds=30)
+
+
+def stopped_for(pid: int, seconds: float) -> None:
+    """Stop the process group ``pid`` for ``seconds`` (SIGSTOP, then SIGCONT, always)."""
+    os.killpg(pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGCONT)
 
 
 def say(msg: str) -> None:
@@ -275,6 +292,15 @@ class Run:
         finally:
             self.faults.append(Fault("kill-worker", t0, time.time(), "*"))
 
+    async def _pause_worker(self, a: Action) -> None:
+        """The worker stops for ``a.value`` s (SIGSTOP, then SIGCONT): its task queue lags,
+        its activities' heartbeats time out, and their threads go on when it resumes."""
+        if self.worker is None:
+            return
+        t0 = time.time()
+        await asyncio.to_thread(stopped_for, self.worker.pid, a.value)
+        self.faults.append(Fault("pause-worker", t0, time.time(), "*"))
+
     async def _kill_watcher(self, a: Action) -> None:
         if self.watcher is None:
             return
@@ -310,6 +336,16 @@ class Run:
                 say(f"kill-router {dep.name}: no routable worker {ROUTER_BACK_S:g} s after")
         finally:
             self.faults.append(Fault("kill-router", t0, time.time(), dep.name))
+
+    async def _stall_router(self, a: Action) -> None:
+        """A deployment's router stops answering for ``a.value`` s (SIGSTOP, then SIGCONT):
+        its streams stall, its worker list cannot be read."""
+        router = self.bed.routers.get(router_pod_name(a.target))
+        if router is None:
+            return  # being restarted by a kill
+        t0 = time.time()
+        await asyncio.to_thread(stopped_for, router.pid, a.value)
+        self.faults.append(Fault("stall-router", t0, time.time(), a.target))
 
     async def _kill_temporal(self, a: Action) -> None:
         assert self.dev is not None and self.dev_cfg is not None

@@ -22,14 +22,16 @@ MAX_REPLICAS = 3
 #: Action kinds and their weights.  ``scale`` changes the spec; the others are faults.
 WEIGHTS = {
     "scale": 0.42,
-    "kill-router": 0.07,
-    "kill-worker": 0.06,
+    "kill-router": 0.05,
+    "stall-router": 0.03,
+    "kill-worker": 0.05,
+    "pause-worker": 0.03,
     "kill-watcher": 0.06,
     "kill-temporal": 0.04,
     "stall-apiserver": 0.04,
     "relabel": 0.05,
-    "engine-busy": 0.05,
-    "engine-metrics": 0.05,
+    "engine-busy": 0.04,
+    "engine-metrics": 0.04,
     "restart-engine": 0.03,
     "delete-pod": 0.03,
     "kill-apiserver": 0.02,
@@ -128,6 +130,10 @@ def draw(
             actions.append(Action(t, kind, name, replicas[name]))
         elif kind == "kill-router" and routed:
             actions.append(Action(t, kind, rng.choice(routed), round(rng.uniform(1, 6), 1)))
+        elif kind == "stall-router" and routed:
+            actions.append(Action(t, kind, rng.choice(routed), round(rng.uniform(2, 12), 1)))
+        elif kind == "pause-worker":
+            actions.append(Action(t, kind, "*", round(rng.uniform(5, 40), 1)))
         elif kind in ("kill-worker", "kill-watcher", "kill-temporal", "kill-apiserver"):
             actions.append(Action(t, kind, "*", round(rng.uniform(1, 10), 1)))
         elif kind == "second-watcher":

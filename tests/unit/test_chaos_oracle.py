@@ -242,8 +242,10 @@ def test_a_client_failure_needs_a_fault_on_its_own_path() -> None:
     assert attributed(fail, [Fault("kill-router", T - 30, T - 20, "c01")]) is not None
     assert attributed(fail, [Fault("kill-router", T - 5, T - 2, "c00")]) is None
     assert attributed(fail, [Fault("kill-router", T - 3, T + 3, "*")]) is None
+    assert attributed(fail, [Fault("stall-router", T - 5, T - 2, "c00")]) is None
+    assert attributed(fail, [Fault("stall-router", T - 5, T - 2, "c01")]) is not None
     # Off the request's path: these must cost no request, so they excuse none.
-    for kind in ("stall-apiserver", "kill-worker", "kill-watcher", "relabel"):
+    for kind in ("stall-apiserver", "kill-worker", "pause-worker", "kill-watcher", "relabel"):
         assert attributed(fail, [Fault(kind, T - 3, T + 3, "*")]) is not None
         assert attributed(fail, [Fault(kind, T - 3, T + 3, "c00")]) is not None
     assert attributed(fail, [Fault("kill-router", T - 60, T - 40, "c00")]) is not None
