@@ -239,9 +239,47 @@ def run_exec(
     ``tick`` is called before every wait for bytes, each wait at most ``TICK_S`` (what it
     raises ends the exec, the websocket closed, and propagates)."""
     deadline = time.monotonic() + timeout_s
-    opened: list[WebSocket] = []
     if tick is not None:
         tick()
+    opened = _open(
+        connect,
+        namespace=namespace,
+        name=name,
+        container=container,
+        argv=argv,
+        deadline=deadline,
+        timeout_s=timeout_s,
+        tick=tick,
+    )
+    if isinstance(opened, ExecResult):
+        return opened
+    ws, sock = opened
+    try:
+        out, status = _read(_Frames(sock, deadline, timeout_s, tick), output_cap)
+        code = exit_code(status)
+    except _Stop as e:
+        return ExecResult(error=str(e))
+    except (OSError, struct.error, ValueError) as e:
+        return ExecResult(error=f"exec stream failed: {type(e).__name__}")
+    finally:
+        _close(ws)
+    return ExecResult(stdout=out.decode("utf-8", "replace"), exit_code=code)
+
+
+def _open(
+    connect: Callable[..., Any],
+    *,
+    namespace: str,
+    name: str,
+    container: str,
+    argv: list[str],
+    deadline: float,
+    timeout_s: float,
+    tick: Callable[[], None] | None,
+) -> tuple[WebSocket, socket.socket] | ExecResult:
+    """The exec's websocket and its socket, opened through ``connect`` by ``deadline`` (an
+    ``ExecResult`` naming the error when it could not be)."""
+    opened: list[WebSocket] = []
 
     def websocket(configuration: Any, _method: str, url: str, **kwargs: Any) -> WebSocket:
         left = deadline - time.monotonic()
@@ -288,14 +326,4 @@ def run_exec(
         for ws in opened:
             _close(ws)
         return ExecResult(error="exec failed: no websocket")
-    ws = opened[0]
-    try:
-        out, status = _read(_Frames(sock, deadline, timeout_s, tick), output_cap)
-        code = exit_code(status)
-    except _Stop as e:
-        return ExecResult(error=str(e))
-    except (OSError, struct.error, ValueError) as e:
-        return ExecResult(error=f"exec stream failed: {type(e).__name__}")
-    finally:
-        _close(ws)
-    return ExecResult(stdout=out.decode("utf-8", "replace"), exit_code=code)
+    return opened[0], sock
