@@ -390,6 +390,11 @@ class Run:
         """An engine whose /metrics answers garbage (or nothing) for a while."""
         await self._engine_fault(a, {"metrics_mode": self.rng.choice(METRICS_FAULTS)})
 
+    async def _engine_silent(self, a: Action) -> None:
+        """An engine that stops producing tokens (hung): its streams go quiet, its requests
+        stay in flight, its HTTP server still answers."""
+        await self._engine_fault(a, {"silent": True})
+
     async def _restart_engine(self, a: Action) -> None:
         """An engine's container restarts: its requests are cut, its gauges start at 0."""
         names = await asyncio.to_thread(self._engines_of, a.target)

@@ -33,7 +33,9 @@ from chaos.audit import WORKER_AGENT, Audit, PodDelete
 #: only these excuse a failed request.  A killed or paused worker, a killed watcher or
 #: Temporal server, a stalled API server, a label put back by hand, an engine whose
 #: gauges stay up or whose /metrics answers garbage must cost no request.
-ON_PATH = frozenset({"kill-router", "stall-router", "restart-engine", "delete-pod"})
+ON_PATH = frozenset(
+    {"kill-router", "stall-router", "restart-engine", "engine-silent", "delete-pod"}
+)
 
 #: A spec write stored this close before a delete raced the product's last re-read of the
 #: spec (``race``: reported beside the verdict, not a broken invariant).

@@ -32,6 +32,7 @@ WEIGHTS = {
     "relabel": 0.05,
     "engine-busy": 0.04,
     "engine-metrics": 0.04,
+    "engine-silent": 0.03,
     "restart-engine": 0.03,
     "delete-pod": 0.03,
     "kill-apiserver": 0.02,
@@ -144,7 +145,7 @@ def draw(
             actions.append(Action(t, kind, rng.choice(routerless), round(rng.uniform(0, 5), 1)))
         elif kind in ("cancel", "retry-annotation"):
             actions.append(Action(t, kind, rng.choice(deps).name, 0))
-        elif kind in ("engine-busy", "engine-metrics"):
+        elif kind in ("engine-busy", "engine-metrics", "engine-silent"):
             # value: seconds; the engine (and, for metrics, the answer) drawn when it runs
             actions.append(Action(t, kind, rng.choice(deps).name, round(rng.uniform(5, 40), 1)))
         elif kind in ("restart-engine", "delete-pod"):

@@ -782,6 +782,7 @@ def test_hub_control_api(
         "frontend_hidden": 0.0,
         "metrics_mode": "nan",
         "healthy": True,
+        "silent": False,
     }
     assert client.post(f"{base}/pods/llm-0/traps", json={"metrics_mode": "zzz"}).status_code == 400
     assert client.post(f"{base}/pods/llm-0/traps", json={"what": 1}).status_code == 400
@@ -932,3 +933,19 @@ def test_the_journal_records_each_request_and_the_hub_keeps_a_removed_pods(
     held.join()
     kept = client.get(f"{base}/journal").json()["pods"]["j"]
     assert kept["open"] == [] and [e[2] for e in kept["ended"]] == [True, False]
+
+
+def test_a_silent_engine_keeps_its_request_in_flight_and_running_until_it_speaks(
+    make: Callable[..., EngineEmulator], client: httpx.Client
+) -> None:
+    emu = make(EngineKind.VLLM, request_seconds=0.2)
+    emu.set_silent(True)
+    bg = vllm_request(emu)
+    assert eventually(lambda: emu.in_flight == 1, timeout=QUICK, interval=0.02)
+    time.sleep(0.6)  # three times the request's length: still not done
+    assert emu.in_flight == 1 and emu.completed == 0
+    assert total(scrape(client, emu), "vllm:num_requests_running") == 1.0
+    emu.clear_traps()
+    bg.join()
+    assert bg.response is not None and bg.response.status_code == 200
+    assert emu.completed == 1 and emu.in_flight == 0

@@ -19,7 +19,15 @@ from testbed.emulator.wire import BadRequest
 __all__ = ["apply_traps", "spec_from_json", "termination_from_json"]
 
 _TRAP_FIELDS = frozenset(
-    {"stale_gauges", "frontend_hidden", "metrics_mode", "clear", "request_seconds", "healthy"}
+    {
+        "stale_gauges",
+        "frontend_hidden",
+        "metrics_mode",
+        "clear",
+        "request_seconds",
+        "healthy",
+        "silent",
+    }
 )
 
 
@@ -150,6 +158,9 @@ def apply_traps(emu: EngineEmulator, body: dict[str, Any]) -> None:
     healthy = body.get("healthy")
     if healthy is not None and not isinstance(healthy, bool):
         raise BadRequest("healthy must be a boolean")
+    silent = body.get("silent")
+    if silent is not None and not isinstance(silent, bool):
+        raise BadRequest("silent must be a boolean")
     if mode is not None and not is_metrics_mode(mode):
         raise BadRequest(f"unknown metrics_mode {mode!r}")
     if body.get("clear"):
@@ -162,5 +173,7 @@ def apply_traps(emu: EngineEmulator, body: dict[str, Any]) -> None:
         emu.set_metrics_mode(mode)
     if healthy is not None:
         emu.set_healthy(healthy)
+    if silent is not None:
+        emu.set_silent(silent)
     if seconds is not None:
         emu.set_request_seconds(seconds)

@@ -86,9 +86,12 @@ SGLang's only; SGLang 0.5.21 has no ``/get_load`` (0.5.18 still had it, as a dep
 wrapper of ``/v1/loads``)."""
 
 SGLANG_VERSION = "0.5.21"
+"""What the emulated SGLang says it is (``/v1/loads``'s ``version``)."""
 #: Requests an emulator keeps in its journal (the oldest are dropped first).
 JOURNAL_MAX = 50_000
-"""What the emulated SGLang says it is (``/v1/loads``'s ``version``)."""
+
+#: How often a silent engine's requests look whether the silence ended (``Traps.silent``).
+SILENT_POLL_S = 0.1
 
 
 class _Halt(threading.Event):
@@ -515,6 +518,15 @@ class EngineEmulator:
         with self._lock:
             self._traps.healthy = bool(healthy)
 
+    def set_silent(self, silent: bool) -> None:
+        """Stop (True) or resume (False) producing tokens (``Traps.silent``)."""
+        with self._lock:
+            self._traps.silent = bool(silent)
+
+    def _silent(self) -> bool:
+        with self._lock:
+            return self._traps.silent
+
     def set_request_seconds(self, seconds: float) -> None:
         """Change the default duration of new requests."""
         if not math.isfinite(seconds) or seconds < 0:
@@ -762,6 +774,8 @@ class EngineEmulator:
         """Spend the request's duration, calling ``on_piece`` after each of ``pieces``."""
         step = ticket.duration / pieces
         for index in range(pieces):
+            while self._silent():  # hung: nothing produced, the request stays in flight
+                self._wait(ticket, SILENT_POLL_S)
             self._wait(ticket, step)
             if on_piece is not None:
                 on_piece(index)

@@ -69,13 +69,19 @@ class Traps:
     hidden: float = 0.0
     mode: str = "normal"
     healthy: bool = True
+    #: The engine stops producing tokens: a request being decoded sends nothing more (and
+    #: stays running in the gauges) until the trap is cleared, as an engine hung in a
+    #: collective or a stuck GPU kernel does; its HTTP server still answers.
+    silent: bool = False
 
     def clear(self) -> None:
-        """Back to normal behaviour (stale gauges, front-end delay, metrics mode, health)."""
+        """Back to normal behaviour (stale gauges, front-end delay, metrics mode, health,
+        silence)."""
         self.stale = None
         self.hidden = 0.0
         self.mode = "normal"
         self.healthy = True
+        self.silent = False
 
     def as_json(self) -> dict[str, Any]:
         """The JSON-able view the hub's status answer carries."""
@@ -84,6 +90,7 @@ class Traps:
             "frontend_hidden": self.hidden,
             "metrics_mode": self.mode,
             "healthy": self.healthy,
+            "silent": self.silent,
         }
 
 
