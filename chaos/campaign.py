@@ -797,8 +797,13 @@ async def campaign(
             ],
         )
         outcomes: dict[str, int] = {}
-        for _wf, st in states:
-            key = str(st.outcome) if st else "unreadable"
+        for wf, st in states:
+            if st is not None:
+                key = str(st.outcome)
+            elif wf.status == WorkflowExecutionStatus.CONTINUED_AS_NEW:
+                key = "ContinuedAsNew"  # its state lives on in the next run
+            else:
+                key = "unreadable"
             outcomes[key] = outcomes.get(key, 0) + 1
         return {
             "seed": plan.seed,
