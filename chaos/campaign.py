@@ -538,6 +538,27 @@ class Run:
                 )
                 self.faults.append(Fault("relabel", t0, time.time(), a.target))
 
+    async def _unlabel(self, a: Action) -> None:
+        """A person takes the eligibility label off one of the deployment's serving member
+        Pods (the routers stop selecting it; the watcher puts it back when no retirement
+        names it)."""
+        pods = await asyncio.to_thread(
+            self.core.list_namespaced_pod,
+            self.ns,
+            label_selector=f"{LABEL_INSTANCE}={a.target},{LABEL_ORDINAL},{LABEL_ELIGIBLE}=true",
+        )
+        live = [p for p in pods.items if p.metadata.deletion_timestamp is None]
+        if live:
+            victim = self.rng.choice(sorted(live, key=lambda p: p.metadata.name))
+            t0 = time.time()
+            key = LABEL_ELIGIBLE.replace("~", "~0").replace("/", "~1")
+            body = [{"op": "remove", "path": f"/metadata/labels/{key}"}]  # a JSON patch
+            with contextlib.suppress(client.ApiException):  # gone or relabelled meanwhile
+                await asyncio.to_thread(
+                    self.core.patch_namespaced_pod, victim.metadata.name, self.ns, body
+                )
+            self.faults.append(Fault("unlabel", t0, time.time(), a.target))
+
     # ------------------------------------------------------------------ settle and judge
 
     async def retirements(self, *, running_only: bool) -> list[tuple[Any, RetirementState | None]]:

@@ -29,7 +29,8 @@ WEIGHTS = {
     "kill-watcher": 0.06,
     "kill-temporal": 0.04,
     "stall-apiserver": 0.04,
-    "relabel": 0.05,
+    "relabel": 0.04,
+    "unlabel": 0.03,
     "engine-busy": 0.04,
     "engine-metrics": 0.04,
     "engine-silent": 0.03,
@@ -151,8 +152,9 @@ def draw(
         elif kind in ("restart-engine", "delete-pod"):
             actions.append(Action(t, kind, rng.choice(deps).name, 0))
         elif kind == "stall-apiserver":
-            actions.append(Action(t, kind, "*", round(rng.uniform(3, 15), 1)))
-        elif kind == "relabel":
+            # up to longer than a phase's budget (withdrawal: 30 s)
+            actions.append(Action(t, kind, "*", round(rng.uniform(3, 45), 1)))
+        elif kind in ("relabel", "unlabel"):
             actions.append(Action(t, kind, rng.choice(deps).name, 0))
         t += rng.uniform(pace / 2, pace * 1.5)
     return Plan(seed=seed, seconds=seconds, deployments=deps, actions=actions)

@@ -245,6 +245,7 @@ def test_a_client_failure_needs_a_fault_on_its_own_path() -> None:
     assert attributed(fail, [Fault("stall-router", T - 5, T - 2, "c00")]) is None
     assert attributed(fail, [Fault("stall-router", T - 5, T - 2, "c01")]) is not None
     assert attributed(fail, [Fault("engine-silent", T - 5, T - 2, "c00")]) is None
+    assert attributed(fail, [Fault("unlabel", T - 5, T - 2, "c00")]) is None
     # Off the request's path: these must cost no request, so they excuse none.
     for kind in ("stall-apiserver", "kill-worker", "pause-worker", "kill-watcher", "relabel"):
         assert attributed(fail, [Fault(kind, T - 3, T + 3, "*")]) is not None
