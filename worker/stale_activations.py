@@ -31,6 +31,15 @@ recorded clocks.  Nothing else changes: the worker keeps its workflow cache.
 A server clock stepped backwards by more than a task's length could make a real task look
 stale; it is then failed and retried until the server's clock passes the last start time
 again (Temporal's own timers misbehave under such a step too).
+
+Known misses (read in the core that ships with the SDK, ``workflow_machines.rs``,
+``managed_run.rs``; not seen in the campaign): when the task just before the race was a
+speculative Update task the server discarded (a rejected update), core lowers the history
+length by its two events but keeps its clock, so a race that then brings one event looks
+like no new event; and when that task gave the workflow no job (core completes it without
+an activation), the stale activation carries that task's later clock.  Both need a
+rejected update right before the race; neither can be told from a real task by clock and
+length alone, and refusing a real task would fail it, so they are left, not guessed at.
 """
 
 from __future__ import annotations

@@ -58,6 +58,17 @@ def test_a_real_task_brings_a_later_clock() -> None:
     assert not is_stale(LAST, activation(ts=T0 + 1, length=7))
 
 
+def test_a_later_clock_with_no_new_events_is_not_stale() -> None:
+    assert not is_stale(LAST, activation(ts=T0 + 1, length=3))
+
+
+def test_a_known_miss_after_a_discarded_update_task_is_left_alone() -> None:
+    # Core keeps the discarded speculative task's clock but lowers the history length by
+    # its two events: one new event then looks like none (see the module's docstring).
+    after_update = Seen(timestamp_ns=T0, history_length=9)
+    assert not is_stale(after_update, activation(ts=T0, length=9))
+
+
 def test_no_new_events_is_not_stale() -> None:
     # Another activation of the same task (e.g. after a local activity resolved).
     assert not is_stale(LAST, activation(ts=T0, length=3))
