@@ -69,6 +69,10 @@ EXCLUSIVE = {
     "pause-worker": "worker",
 }
 
+#: The longest a label taken off by hand counts as a fault on its deployment's path: the
+#: watcher puts it back within a reconcile, unless the watcher or the API server is down.
+LABEL_BACK_S = 120.0
+
 #: What the preStop baseline's Pods carry: the gpustack operator's own preStop settle
 #: (5 s) and grace period (30 s), as the scale-down benchmark's baseline does.
 PRESTOP = PodTermination(prestop_seconds=5, grace_seconds=30)
@@ -540,24 +544,52 @@ class Run:
 
     async def _unlabel(self, a: Action) -> None:
         """A person takes the eligibility label off one of the deployment's serving member
-        Pods (the routers stop selecting it; the watcher puts it back when no retirement
-        names it)."""
+        Pods: the routers stop selecting it until the watcher puts it back (when no
+        retirement names it).  The fault lasts until the label is back (or the Pod gone),
+        at most ``LABEL_BACK_S``.  Not on a group's member: the label of a member of a
+        group goes back only after the restore's identity probe (or with the operator's
+        new Pod), which the watcher cannot run (``retirement.eligibility``), so nothing
+        would ever repair it; the plan's action is then carried out as nothing."""
+        dep = next(d for d in self.plan.deployments if d.name == a.target)
+        if dep.size > 1:
+            return
         pods = await asyncio.to_thread(
             self.core.list_namespaced_pod,
             self.ns,
             label_selector=f"{LABEL_INSTANCE}={a.target},{LABEL_ORDINAL},{LABEL_ELIGIBLE}=true",
         )
         live = [p for p in pods.items if p.metadata.deletion_timestamp is None]
-        if live:
-            victim = self.rng.choice(sorted(live, key=lambda p: p.metadata.name))
-            t0 = time.time()
-            key = LABEL_ELIGIBLE.replace("~", "~0").replace("/", "~1")
-            body = [{"op": "remove", "path": f"/metadata/labels/{key}"}]  # a JSON patch
+        if not live:
+            return
+        victim = self.rng.choice(sorted(live, key=lambda p: p.metadata.name))
+        t0 = time.time()
+        key = LABEL_ELIGIBLE.replace("~", "~0").replace("/", "~1")
+        body = [{"op": "remove", "path": f"/metadata/labels/{key}"}]  # a JSON patch
+        try:
             with contextlib.suppress(client.ApiException):  # gone or relabelled meanwhile
                 await asyncio.to_thread(
                     self.core.patch_namespaced_pod, victim.metadata.name, self.ns, body
                 )
+            deadline = time.monotonic() + LABEL_BACK_S
+            while time.monotonic() < deadline:
+                if await asyncio.to_thread(self._labelled_or_gone, victim.metadata.uid):
+                    break
+                await asyncio.sleep(0.5)
+        finally:
             self.faults.append(Fault("unlabel", t0, time.time(), a.target))
+
+    def _labelled_or_gone(self, uid: str) -> bool:
+        """Whether the Pod ``uid`` carries the eligibility label again, or is gone or
+        terminating (an unreadable API server: not yet)."""
+        try:
+            pods = self.core.list_namespaced_pod(self.ns, label_selector=LABEL_ORDINAL)
+        except (client.ApiException, urllib3.exceptions.HTTPError, OSError):
+            return False
+        for p in pods.items:
+            if p.metadata.uid == uid:
+                labelled = (p.metadata.labels or {}).get(LABEL_ELIGIBLE) == "true"
+                return labelled or p.metadata.deletion_timestamp is not None
+        return True
 
     # ------------------------------------------------------------------ settle and judge
 
