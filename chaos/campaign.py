@@ -67,6 +67,7 @@ EXCLUSIVE = {
     "stall-router": "router",
     "kill-worker": "worker",
     "pause-worker": "worker",
+    "recreate": "router",  # a routed deployment's re-create restarts its router
 }
 
 #: The longest a label taken off by hand counts as a fault on its deployment's path: the
@@ -328,16 +329,7 @@ class Run:
         child.kill()
         await asyncio.sleep(a.value)
         try:
-            url = await asyncio.to_thread(
-                self.bed.start_router, self.ns, dep.name, program=dep.router, timeout=60
-            )
-            deadline = time.monotonic() + ROUTER_BACK_S
-            while time.monotonic() < deadline:
-                if await asyncio.to_thread(routes, url, dep.router):
-                    break
-                await asyncio.sleep(0.5)
-            else:
-                say(f"kill-router {dep.name}: no routable worker {ROUTER_BACK_S:g} s after")
+            await self._router_back(dep.name, dep.router, "kill-router")
         finally:
             self.faults.append(Fault("kill-router", t0, time.time(), dep.name))
 
@@ -490,7 +482,10 @@ class Run:
 
     async def _recreate(self, a: Action) -> None:
         """A person deletes the ModelDeployment (its Pods go by garbage collection) and
-        creates it again under the same name ``a.value`` s later, as last declared."""
+        creates it again under the same name ``a.value`` s later, as last declared.  A
+        routed one's router goes with its Pod and comes back on the new router Pod's
+        address: the bed's router process follows it, and so does the load.  The fault
+        lasts until the new router routes again (as ``_kill_router``'s does)."""
         dep = next(d for d in self.plan.deployments if d.name == a.target)
         t0 = time.time()
         try:
@@ -502,6 +497,11 @@ class Run:
                 PLURAL,
                 dep.name,
             )
+            if dep.router:
+                await self._router_pod_gone(dep.name)
+                child = self.bed.routers.pop(router_pod_name(dep.name), None)
+                if child is not None:
+                    child.kill()
             await asyncio.sleep(a.value)
             for _ in range(120):  # until the API server has removed it (finalizers)
                 try:
@@ -522,8 +522,46 @@ class Run:
             await asyncio.to_thread(
                 self.custom.create_namespaced_custom_object, GROUP, VERSION, self.ns, PLURAL, body
             )
+            if dep.router:
+                await self._router_back(dep.name, dep.router, "recreate")
         finally:
             self.faults.append(Fault("recreate", t0, time.time(), dep.name))
+
+    async def _router_pod_gone(self, deployment: str, *, timeout: float = 30.0) -> None:
+        """Wait (bounded) until the deployment's router Pod is gone or going: its process
+        dies with it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                pod = await asyncio.to_thread(
+                    self.core.read_namespaced_pod, router_pod_name(deployment), self.ns
+                )
+            except client.ApiException as e:
+                if e.status == 404:
+                    return
+                raise
+            if pod.metadata.deletion_timestamp is not None:
+                return
+            await asyncio.sleep(0.5)
+
+    async def _router_back(self, deployment: str, program: str, why: str) -> str:
+        """Start the deployment's router again on its router Pod's (current) address, point
+        the deployment's load at it, and wait until it routes (bounded by
+        ``ROUTER_BACK_S``).  Returns its URL."""
+        url = await asyncio.to_thread(
+            self.bed.start_router, self.ns, deployment, program=program, timeout=60
+        )
+        self.urls[deployment] = url
+        load = self.loads.get(deployment)
+        if load is not None:
+            load.url = url  # its streams read it for each request
+        deadline = time.monotonic() + ROUTER_BACK_S
+        while time.monotonic() < deadline:
+            if await asyncio.to_thread(routes, url, program):
+                return url
+            await asyncio.sleep(0.5)
+        say(f"{why} {deployment}: no routable worker {ROUTER_BACK_S:g} s after")
+        return url
 
     async def _relabel(self, a: Action) -> None:
         """A person puts the eligibility label back on the deployment's unlabelled Pods."""

@@ -30,12 +30,21 @@ from dataclasses import dataclass, field
 from chaos.audit import WORKER_AGENT, Audit, PodDelete
 
 #: The fault kinds that sit on a client request's path (its router, its engine, its Pod,
+#: its deployment deleted and re-created,
 #: the label that lets a router select it):
 #: only these excuse a failed request.  A killed or paused worker, a killed watcher or
 #: Temporal server, a stalled API server, a label put back by hand, an engine whose
 #: gauges stay up or whose /metrics answers garbage must cost no request.
 ON_PATH = frozenset(
-    {"kill-router", "stall-router", "restart-engine", "engine-silent", "delete-pod", "unlabel"}
+    {
+        "kill-router",
+        "stall-router",
+        "restart-engine",
+        "engine-silent",
+        "delete-pod",
+        "unlabel",
+        "recreate",
+    }
 )
 
 #: A spec write stored this close before a delete raced the product's last re-read of the

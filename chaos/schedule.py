@@ -118,7 +118,6 @@ def draw(
         deps.append(Deployment(f"c{i:02d}", engine, router, size, args))
     replicas = {d.name: 2 for d in deps}
     routed = [d.name for d in deps if d.router]
-    routerless = [d.name for d in deps if not d.router]
     kinds, weights = zip(*WEIGHTS.items(), strict=True)
     actions: list[Action] = []
     t = first_at
@@ -140,10 +139,9 @@ def draw(
             actions.append(Action(t, kind, "*", round(rng.uniform(1, 10), 1)))
         elif kind == "second-watcher":
             actions.append(Action(t, kind, "*", round(rng.uniform(10, 60), 1)))
-        elif kind == "recreate" and routerless:
-            # value: seconds between the delete and the re-create.  Router-less only: a
-            # routed one's router Pod would come back on another address.
-            actions.append(Action(t, kind, rng.choice(routerless), round(rng.uniform(0, 5), 1)))
+        elif kind == "recreate":
+            # value: seconds between the delete and the re-create
+            actions.append(Action(t, kind, rng.choice(deps).name, round(rng.uniform(0, 5), 1)))
         elif kind in ("cancel", "retry-annotation"):
             actions.append(Action(t, kind, rng.choice(deps).name, 0))
         elif kind in ("engine-busy", "engine-metrics", "engine-silent"):

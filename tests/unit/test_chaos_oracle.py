@@ -246,6 +246,9 @@ def test_a_client_failure_needs_a_fault_on_its_own_path() -> None:
     assert attributed(fail, [Fault("stall-router", T - 5, T - 2, "c01")]) is not None
     assert attributed(fail, [Fault("engine-silent", T - 5, T - 2, "c00")]) is None
     assert attributed(fail, [Fault("unlabel", T - 5, T - 2, "c00")]) is None
+    # The deployment deleted and re-created (its router went with its Pod).
+    assert attributed(fail, [Fault("recreate", T - 5, T - 2, "c00")]) is None
+    assert attributed(fail, [Fault("recreate", T - 5, T - 2, "c01")]) is not None
     # Off the request's path: these must cost no request, so they excuse none.
     for kind in ("stall-apiserver", "kill-worker", "pause-worker", "kill-watcher", "relabel"):
         assert attributed(fail, [Fault(kind, T - 3, T + 3, "*")]) is not None
@@ -407,3 +410,9 @@ def test_the_plan_puts_groups_of_both_shapes_after_the_first_four() -> None:
     assert all(shapes[f"c{i:02d}"] == (1, 1) for i in range(4))
     assert shapes["c04"] == (2, 1) and shapes["c05"] == (2, 2)
     assert {d.router for d in plan.deployments} >= {"vllm-router-0.1.15", None}
+
+
+def test_routed_deployments_are_deleted_and_recreated_too() -> None:
+    plan = draw(seed=3, seconds=24 * 60, deployments=12, pace=2)  # `make chaos`'s plan
+    routed = {d.name for d in plan.deployments if d.router}
+    assert {a.target for a in plan.actions if a.kind == "recreate"} & routed
