@@ -6,6 +6,7 @@ result) and that a refused call changed nothing on either."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,11 +15,14 @@ from kubernetes import client
 
 from kube.api import KubeApi
 from kube.client import Kube
-from kube.errors import Conflict, Invalid, KubeError, NotFound
+from kube.errors import Conflict, Expired, Invalid, KubeError, NotFound
+from kube.watching import WatchEvent
 from retirement.names import GROUP, LABEL_ELIGIBLE, PLURAL, VERSION
 from testbed.bed import Bed
 from tests.helpers.fake_kube import FakeKube
+from tests.helpers.fake_source import FakeSource
 from tests.helpers.manifests import model_deployment
+from watcher.informer import KubeSource
 
 pytestmark = pytest.mark.bed
 
@@ -152,3 +156,108 @@ def test_a_merge_patch_on_a_stale_resource_version_is_a_conflict_on_both(twins: 
         return api.patch_deployment(namespace=twins.ns, name=MD, patch=patch)
 
     assert twins.both(stale) == {"real": Conflict, "fake": Conflict}
+
+
+# ---------------------------------------------------------------- deletes that linger
+
+HELD = "twin-held"
+FINALIZER = "retire.test/hold"
+
+
+def test_a_pod_with_a_finalizer_lingers_terminating_after_its_delete_on_both(
+    bed: Bed, twins: Twins
+) -> None:
+    body = pod_body(twins.ns)
+    body["metadata"] = {**body["metadata"], "name": HELD, "finalizers": [FINALIZER]}
+    real = client.CoreV1Api(bed.api_client())
+    real.create_namespaced_pod(twins.ns, body)
+    twins.fake.add_pod(body)
+    uid = {
+        side: api.read_pod(namespace=twins.ns, name=HELD).uid
+        for side, api in (("real", twins.real), ("fake", twins.fake))
+    }
+
+    def on_both(call: Callable[[KubeApi, str], Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for side, api in (("real", twins.real), ("fake", twins.fake)):
+            try:
+                out[side] = call(api, uid[side])
+            except KubeError as e:
+                out[side] = type(e)
+        return out
+
+    def delete(api: KubeApi, u: str) -> None:
+        api.delete_pod(namespace=twins.ns, name=HELD, uid=u)
+
+    def terminating(api: KubeApi, _u: str) -> bool:
+        return api.read_pod(namespace=twins.ns, name=HELD).terminating
+
+    assert on_both(delete) == {"real": None, "fake": None}
+    assert on_both(terminating) == {"real": True, "fake": True}  # still there, marked
+    assert on_both(delete) == {"real": None, "fake": None}  # again: answered, not refused
+    wrong = "00000000-0000-0000-0000-000000000000"
+    got = on_both(lambda api, _u: api.delete_pod(namespace=twins.ns, name=HELD, uid=wrong))
+    assert got == {"real": Conflict, "fake": Conflict}
+    # The finalizer taken off: the marked Pod goes.
+    real.patch_namespaced_pod(HELD, twins.ns, [{"op": "remove", "path": "/metadata/finalizers"}])
+    twins.fake.remove_finalizers(HELD, namespace=twins.ns)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and on_both(terminating)["real"] is True:
+        time.sleep(0.1)
+    assert on_both(terminating) == {"real": NotFound, "fake": NotFound}
+
+
+# ---------------------------------------------------------------- watches and versions
+
+
+def _events(events: Iterator[WatchEvent], until_deleted: str) -> list[tuple[str, str | None]]:
+    """(type, label ``a``) of each event up to the DELETED of ``until_deleted``; bookmarks
+    (the real server's, asked for) are left out."""
+    out: list[tuple[str, str | None]] = []
+    for e in events:
+        if e.type == "BOOKMARK":
+            continue
+        out.append((e.type, (e.body["metadata"].get("labels") or {}).get("a")))
+        if e.type == "DELETED" and e.body["metadata"]["name"] == until_deleted:
+            break
+    return out
+
+
+def test_a_watch_delivers_every_change_after_its_version_and_none_before_on_both(
+    bed: Bed, twins: Twins
+) -> None:
+    real_src = KubeSource(twins.real)
+    fake_src = FakeSource(twins.fake, watch_s=5)
+    got: dict[str, list[tuple[str, str | None]]] = {}
+    for side, src, api in (("real", real_src, twins.real), ("fake", fake_src, twins.fake)):
+        listed, rv = src.list("modeldeployments", twins.ns)
+        assert [o["metadata"]["name"] for o in listed] == [MD]
+        for value in ("1", "2"):
+            api.patch_deployment(
+                namespace=twins.ns, name=MD, patch={"metadata": {"labels": {"a": value}}}
+            )
+        if side == "real":
+            client.CustomObjectsApi(bed.api_client()).delete_namespaced_custom_object(
+                GROUP, VERSION, twins.ns, PLURAL, MD
+            )
+        else:
+            twins.fake.remove_deployment(MD, namespace=twins.ns)
+        got[side] = _events(src.watch("modeldeployments", twins.ns, rv), MD)
+    # The creation before the listing's version is not delivered; both changes and the
+    # deletion after it are, in order, each once.
+    assert got["real"] == got["fake"] == [("MODIFIED", "1"), ("MODIFIED", "2"), ("DELETED", "2")]
+
+
+def test_a_watch_from_a_version_the_server_no_longer_holds_is_gone_on_both(
+    twins: Twins,
+) -> None:
+    # The real API server's watch cache starts at its own start-up, long after version 1;
+    # the fake's history is compacted to stand for it.
+    twins.fake.compact()
+    got: dict[str, Any] = {}
+    for side, src in (("real", KubeSource(twins.real)), ("fake", FakeSource(twins.fake))):
+        try:
+            got[side] = next(iter(src.watch("modeldeployments", twins.ns, "1")))
+        except KubeError as e:
+            got[side] = type(e)
+    assert got == {"real": Expired, "fake": Expired}

@@ -10,7 +10,9 @@ typed views as the real client, and it is faithful where the product's safety re
 - a patch that leaves a label the API server's validation refuses (key or value syntax,
   length) is ``Invalid`` (HTTP 422) and changes nothing;
 - deletes carry UID preconditions (``Conflict`` on another UID), reads of a missing
-  object are ``NotFound``;
+  object are ``NotFound``; a Pod with finalizers is not removed by its delete but marked
+  (``deletionTimestamp``: terminating) until they are taken off (``remove_finalizers``),
+  and deleting it again is answered, not refused;
 - merge patches (RFC 7386) with a ``metadata.resourceVersion`` are optimistic
   (``Conflict`` when stale), every write bumps the resourceVersion;
 - Events of an existing name are ``Conflict``; Workloads are ``NotFound`` when Kueue is
@@ -319,6 +321,11 @@ class FakeKube:
         self._lock = threading.RLock()
         self._rv = itertools.count(1)
         self._uids = itertools.count(1)
+        #: Every change of a Pod or a ModelDeployment, in order, as a watch delivers it:
+        #: ``(resourceVersion, resource, event type, the body as of that change)``.  A
+        #: watch from a version older than ``compacted_to`` is answered 410 Gone.
+        self.history: list[tuple[int, str, str, dict[str, Any]]] = []
+        self.compacted_to = 0
 
     # ------------------------------------------------------------ setting up
 
@@ -334,11 +341,48 @@ class FakeKube:
     def _key(body: Mapping[str, Any]) -> Key:
         return body["metadata"]["namespace"], body["metadata"]["name"]
 
+    def _record(self, resource: str, kind: str, body: dict[str, Any]) -> None:
+        """One change, in the history watches read (``body`` as stored after it)."""
+        snap = copy.deepcopy(body)
+        if kind == "DELETED":  # the deletion has a version of its own
+            snap["metadata"]["resourceVersion"] = str(next(self._rv))
+        self.history.append((int(snap["metadata"]["resourceVersion"]), resource, kind, snap))
+
+    def _replace(
+        self, resource: str, store: dict[Key, dict[str, Any]], body: dict[str, Any]
+    ) -> None:
+        """Store a created (or re-created) object: a replaced one is deleted first."""
+        key = self._key(body)
+        old = store.get(key)
+        if old is not None:
+            self._record(resource, "DELETED", old)
+            self._bump(body)  # created after the deletion
+        store[key] = body
+        self._record(resource, "ADDED", body)
+
+    def _remove_pod(self, key: Key) -> None:
+        pod = self.pods.pop(key, None)
+        if pod is not None:
+            self._record("pods", "DELETED", pod)
+
+    @property
+    def resource_version(self) -> str:
+        """The store's current version (a listing's ``resourceVersion``)."""
+        with self._lock:
+            return str(self.history[-1][0]) if self.history else str(self.compacted_to)
+
+    def compact(self) -> None:
+        """Forget the history so far (etcd's compaction): older watches get 410 Gone."""
+        with self._lock:
+            if self.history:
+                self.compacted_to = self.history[-1][0]
+            self.history.clear()
+
     def add_pod(self, body: dict[str, Any]) -> dict[str, Any]:
         """Create (or replace, with a fresh UID unless one is given) a Pod."""
         with self._lock:
             stored = self._stamp(body, "pod")
-            self.pods[self._key(stored)] = stored
+            self._replace("pods", self.pods, stored)
             return copy.deepcopy(stored)
 
     def add_deployment(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -346,7 +390,7 @@ class FakeKube:
         with self._lock:
             stored = self._stamp(body, "md")
             stored["metadata"].setdefault("generation", 1)
-            self.deployments[self._key(stored)] = stored
+            self._replace("modeldeployments", self.deployments, stored)
             return copy.deepcopy(stored)
 
     def add_service(
@@ -454,7 +498,36 @@ class FakeKube:
     def remove_pod(self, name: str, *, namespace: str = "default") -> None:
         """The Pod disappears (as if its deletion completed)."""
         with self._lock:
-            self.pods.pop((namespace, name), None)
+            self._remove_pod((namespace, name))
+
+    def edit_pod(
+        self, name: str, edit: Callable[[dict[str, Any]], object], *, namespace: str = "default"
+    ) -> None:
+        """Another writer changes a stored Pod's body in place (``edit``); the
+        resourceVersion moves, the UID stays, watches see it."""
+        with self._lock:
+            pod = self.pods[(namespace, name)]
+            edit(pod)
+            self._bump(pod)
+            self._record("pods", "MODIFIED", pod)
+
+    def remove_deployment(self, name: str, *, namespace: str = "default") -> None:
+        """The ModelDeployment disappears (as if its deletion completed)."""
+        with self._lock:
+            md = self.deployments.pop((namespace, name), None)
+            if md is not None:
+                self._record("modeldeployments", "DELETED", md)
+
+    def remove_finalizers(self, name: str, *, namespace: str = "default") -> None:
+        """Another writer takes a Pod's finalizers off: one marked for deletion goes."""
+        with self._lock:
+            pod = self.pods[(namespace, name)]
+            pod["metadata"].pop("finalizers", None)
+            if pod["metadata"].get("deletionTimestamp") is not None:
+                self._remove_pod((namespace, name))
+            else:
+                self._bump(pod)
+                self._record("pods", "MODIFIED", pod)
 
     def set_label(
         self, name: str, key: str, value: str | None, *, namespace: str = "default"
@@ -469,6 +542,7 @@ class FakeKube:
             else:
                 labels[key] = value
             self._bump(self.pods[(namespace, name)])
+            self._record("pods", "MODIFIED", self.pods[(namespace, name)])
 
     def pod_labels(self, name: str, *, namespace: str = "default") -> dict[str, str]:
         """The stored labels of a Pod (for assertions)."""
@@ -542,6 +616,7 @@ class FakeKube:
                 merged["metadata"]["generation"] = int(md["metadata"].get("generation", 1)) + 1
             self._bump(merged)
             self.deployments[(namespace, name)] = merged
+            self._record("modeldeployments", "MODIFIED", merged)
             return copy.deepcopy(merged)
 
     def patch_deployment(
@@ -600,6 +675,7 @@ class FakeKube:
                 )
             self._bump(patched)
             self.pods[(namespace, name)] = patched
+            self._record("pods", "MODIFIED", patched)
             return Pod.from_raw(copy.deepcopy(patched))
 
     def delete_pod(self, *, namespace: str, name: str, uid: str) -> None:
@@ -613,7 +689,17 @@ class FakeKube:
                     reason="Conflict",
                     detail="Precondition failed: UID in precondition",
                 )
-            del self.pods[(namespace, name)]
+            meta = pod["metadata"]
+            if meta.get("finalizers"):
+                # The API server keeps an object with finalizers, marked for deletion, until
+                # they are removed; a second delete of it (same UID) is answered, not refused.
+                if meta.get("deletionTimestamp") is None:
+                    meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+                    meta["deletionGracePeriodSeconds"] = 0
+                    self._bump(pod)
+                    self._record("pods", "MODIFIED", pod)
+                return
+            self._remove_pod((namespace, name))
 
     def exec_pod(
         self,

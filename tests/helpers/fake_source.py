@@ -1,11 +1,17 @@
 """An informer source over ``FakeKube`` (``watcher.informer.Source``), for offline tests of
-the watcher's controller.
+the watcher's controller, as strict as the API server about versions.
 
 ``list`` copies what FakeKube holds (Pods of a ModelDeployment only, as the real source
-selects); ``watch`` polls FakeKube every ``poll_s`` and yields ADDED / MODIFIED / DELETED
-events for what changed since the last listing or event (by resourceVersion), then ends
-after ``watch_s`` as a server ends a watch.  ``fail_lists`` makes the next listings raise,
-``expire`` makes the next watch answer 410 Gone.
+selects) with the store's current resourceVersion; ``watch(resource_version)`` delivers
+every change after that version from FakeKube's history, in order (ADDED, MODIFIED,
+DELETED, each body carrying its own version), then follows new changes until ``watch_s``
+ends it, as a server ends a watch.  A version older than FakeKube's compaction
+(``FakeKube.compact``), or not a number, is answered 410 Gone (``Expired``), as the real
+API server answers a version its watch cache no longer holds (the twin:
+``tests/bed/test_fake_kube_twin_on_bed.py``).  ``fail_lists`` makes the next listings
+raise, ``expire`` makes the next watches answer 410 Gone.  Not imitated: a Pod whose
+``app.kubernetes.io/name`` label changes away from the product's (the real watch reports
+it DELETED; here it falls silent): no test and nothing in the product changes that label.
 """
 
 from __future__ import annotations
@@ -21,7 +27,13 @@ from kube.watching import Resource, WatchEvent
 from retirement.names import APP_NAME, LABEL_NAME
 from tests.helpers.fake_kube import FakeKube
 
-Key = tuple[str, str]
+
+def _selected(resource: Resource, namespace: str | None, body: dict[str, Any]) -> bool:
+    """Whether the real source's LIST/WATCH of ``resource`` in ``namespace`` covers it."""
+    meta = body["metadata"]
+    if namespace is not None and meta.get("namespace") != namespace:
+        return False
+    return resource != "pods" or (meta.get("labels") or {}).get(LABEL_NAME) == APP_NAME
 
 
 class FakeSource:
@@ -31,7 +43,6 @@ class FakeSource:
         self.kube, self.poll_s, self.watch_s = kube, poll_s, watch_s
         self.lists: list[tuple[Resource, str | None]] = []
         self.watches: list[tuple[Resource, str | None, str]] = []
-        self._seen: dict[tuple[Resource, str | None], dict[Key, str]] = {}
         self._fail_lists = 0
         self._expire = 0
         self._lock = threading.Lock()
@@ -44,54 +55,41 @@ class FakeSource:
         with self._lock:
             self._expire = times
 
-    def _objects(self, resource: Resource, namespace: str | None) -> dict[Key, dict[str, Any]]:
-        with self.kube._lock:
-            store = self.kube.pods if resource == "pods" else self.kube.deployments
-            out = {
-                k: copy.deepcopy(v)
-                for k, v in store.items()
-                if namespace is None or k[0] == namespace
-            }
-        if resource == "pods":
-            out = {
-                k: v
-                for k, v in out.items()
-                if (v["metadata"].get("labels") or {}).get(LABEL_NAME) == APP_NAME
-            }
-        return out
-
     def list(self, resource: Resource, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
         with self._lock:
             self.lists.append((resource, namespace))
             if self._fail_lists > 0:
                 self._fail_lists -= 1
                 raise Unavailable(f"list {resource}", status=503, reason="ServiceUnavailable")
-        objs = self._objects(resource, namespace)
-        self._seen[(resource, namespace)] = {
-            k: v["metadata"]["resourceVersion"] for k, v in objs.items()
-        }
-        return list(objs.values()), str(len(self.lists))
+        with self.kube._lock:
+            store = self.kube.pods if resource == "pods" else self.kube.deployments
+            objs = [copy.deepcopy(v) for v in store.values() if _selected(resource, namespace, v)]
+            return objs, self.kube.resource_version
 
     def watch(
         self, resource: Resource, namespace: str | None, resource_version: str
     ) -> Iterator[WatchEvent]:
         with self._lock:
             self.watches.append((resource, namespace, resource_version))
-            if self._expire > 0:
-                self._expire -= 1
-                raise Expired(f"watch {resource}", status=410, reason="Gone")
-        seen = self._seen.setdefault((resource, namespace), {})
+            expire = self._expire > 0
+            self._expire -= expire
+        after = int(resource_version) if resource_version.isdigit() else -1
+        with self.kube._lock:
+            too_old = after < self.kube.compacted_to
+        if expire or too_old:
+            raise Expired(
+                f"watch {resource}: too old resource version {resource_version}",
+                status=410,
+                reason="Gone",
+            )
         end = time.monotonic() + self.watch_s
         while time.monotonic() < end:
-            objs = self._objects(resource, namespace)
-            for k in [k for k in seen if k not in objs]:
-                del seen[k]
-                gone = {"metadata": {"namespace": k[0], "name": k[1], "labels": {}}}
-                yield WatchEvent("DELETED", gone)
-            for k, v in objs.items():
-                rv = v["metadata"]["resourceVersion"]
-                if seen.get(k) != rv:
-                    kind = "MODIFIED" if k in seen else "ADDED"
-                    seen[k] = rv
-                    yield WatchEvent(kind, v)
+            with self.kube._lock:
+                if after < self.kube.compacted_to:  # compacted while the watch ran
+                    raise Expired(f"watch {resource}", status=410, reason="Gone")
+                news = [c for c in self.kube.history if c[0] > after]
+            for rv, res, kind, body in news:
+                after = rv
+                if res == resource and _selected(resource, namespace, body):
+                    yield WatchEvent(kind, copy.deepcopy(body))
             time.sleep(self.poll_s)

@@ -55,10 +55,10 @@ async def test_an_event_reconciles_only_the_deployment_it_touched(
     await until(lambda: r.reconciled() >= 3, "the first reconcile of each")
     await asyncio.sleep(0.2)
     before, lists = r.reconciled(), len(r.source.lists)
-    with w.kube._lock:  # the Pod's address changes (the reconcile reads its Pod views)
-        body = w.kube.pods[(NS, f"{MD}-server-1")]
-        body["status"]["podIP"] = "198.18.1.99"
-        w.kube._bump(body)
+    # The Pod's address changes (the reconcile reads its Pod views).
+    w.kube.edit_pod(
+        f"{MD}-server-1", lambda body: body["status"].update(podIP="198.18.1.99"), namespace=NS
+    )
     await until(lambda: r.reconciled() == before + 1, "one reconcile")
     await asyncio.sleep(0.2)
     assert r.reconciled() == before + 1  # only the touched deployment
@@ -93,8 +93,7 @@ async def test_a_deleted_deployment_gets_cancel_intent_from_its_delete_event(
     w.temporal.running(request(1), outcome=Outcome.ABORTED, phase=Phase.ABORTED)
     r = await running(w)
     await until(lambda: r.health.ready, "ready")
-    with w.kube._lock:
-        del w.kube.deployments[(NS, MD)]
+    w.kube.remove_deployment(MD, namespace=NS)
     await until(lambda: w.signals(), "cancel-intent")
     (sig,) = w.signals()
     assert sig.name == "cancel_intent" and "was deleted" in sig.arg.reason
@@ -412,8 +411,7 @@ async def test_a_deleted_deployment_leaves_no_pending_series() -> None:
     add_replicas(w, range(3))
     await w.pass_()
     assert w.metric("retire_watcher_intents_pending", deployment=f"{NS}/{MD}") == 1
-    with w.kube._lock:
-        del w.kube.deployments[(NS, MD)]
+    w.kube.remove_deployment(MD, namespace=NS)
     await w.pass_()
     assert (
         w.metrics.registry.get_sample_value(

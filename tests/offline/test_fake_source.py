@@ -1,0 +1,100 @@
+"""The fake informer source is as strict as the API server about versions (its twin on
+the bed: ``tests/bed/test_fake_kube_twin_on_bed.py``): a watch delivers every change after
+its version and none before, in order, each with its own version; a version the server no
+longer holds is 410 Gone; and a Pod with finalizers lingers, marked, after its delete."""
+
+from __future__ import annotations
+
+import pytest
+
+from kube.errors import Conflict, Expired
+from kube.watching import WatchEvent
+from retirement.names import LABEL_ELIGIBLE
+from tests.helpers.fake_kube import FakeKube, member_pod
+from tests.helpers.fake_source import FakeSource
+from tests.helpers.manifests import model_deployment
+
+POD = "md-server-0"
+
+
+def world() -> tuple[FakeKube, FakeSource]:
+    kube = FakeKube()
+    kube.add_deployment(model_deployment("md"))
+    kube.add_pod(member_pod(POD, deployment="md"))
+    return kube, FakeSource(kube, watch_s=0.05, poll_s=0.001)
+
+
+def summary(events: list[WatchEvent]) -> list[tuple[str, str, str | None]]:
+    return [
+        (e.type, e.body["metadata"]["name"], (e.body["metadata"].get("labels") or {}).get("a"))
+        for e in events
+    ]
+
+
+def test_a_watch_delivers_the_changes_after_its_version_only() -> None:
+    kube, src = world()
+    _, rv = src.list("pods", "default")
+    kube.set_label(POD, "a", "1")
+    kube.set_label(POD, "a", "2")
+    kube.remove_pod(POD)
+    events = list(src.watch("pods", "default", rv))
+    assert summary(events) == [
+        ("MODIFIED", POD, "1"),
+        ("MODIFIED", POD, "2"),
+        ("DELETED", POD, "2"),
+    ]
+    versions = [int(e.resource_version) for e in events]
+    assert versions == sorted(set(versions)) and versions[0] > int(rv)
+    # Resuming from the last version seen delivers nothing again.
+    assert list(src.watch("pods", "default", events[-1].resource_version)) == []
+    # From before the listing: the creation too (the history is not compacted).
+    assert summary(list(src.watch("pods", "default", "0")))[0] == ("ADDED", POD, None)
+
+
+def test_a_watch_sees_only_its_resource_and_namespace() -> None:
+    kube, src = world()
+    _, rv = src.list("modeldeployments", "default")
+    kube.set_label(POD, "a", "1")  # a Pod: not this watch's
+    kube.add_pod(member_pod("x-server-0", deployment="x", namespace="other"))
+    kube.patch_deployment(
+        namespace="default", name="md", patch={"metadata": {"labels": {"a": "3"}}}
+    )
+    assert summary(list(src.watch("modeldeployments", "default", rv))) == [("MODIFIED", "md", "3")]
+
+
+def test_a_version_older_than_the_compaction_is_gone() -> None:
+    kube, src = world()
+    _, rv = src.list("pods", "default")
+    kube.set_label(POD, "a", "1")
+    kube.compact()
+    with pytest.raises(Expired):
+        list(src.watch("pods", "default", rv))
+    with pytest.raises(Expired):
+        list(src.watch("pods", "default", "not-a-version"))
+    _, fresh = src.list("pods", "default")
+    kube.set_label(POD, "a", "2")
+    assert summary(list(src.watch("pods", "default", fresh))) == [("MODIFIED", POD, "2")]
+
+
+def test_a_recreated_pod_is_deleted_then_added() -> None:
+    kube, src = world()
+    _, rv = src.list("pods", "default")
+    kube.add_pod(member_pod(POD, deployment="md"))  # a fresh UID under the same name
+    events = list(src.watch("pods", "default", rv))
+    assert [e.type for e in events] == ["DELETED", "ADDED"]
+    assert events[0].body["metadata"]["uid"] != events[1].body["metadata"]["uid"]
+
+
+def test_a_pod_with_a_finalizer_lingers_marked_after_its_delete() -> None:
+    kube = FakeKube()
+    body = member_pod(POD, deployment="md")
+    body["metadata"]["finalizers"] = ["example.com/hold"]
+    uid = kube.add_pod(body)["metadata"]["uid"]
+    kube.delete_pod(namespace="default", name=POD, uid=uid)
+    assert kube.read_pod(namespace="default", name=POD).terminating
+    kube.delete_pod(namespace="default", name=POD, uid=uid)  # again: answered
+    with pytest.raises(Conflict):
+        kube.delete_pod(namespace="default", name=POD, uid="another")
+    assert kube.pod_labels(POD).get(LABEL_ELIGIBLE) == "true"
+    kube.remove_finalizers(POD)
+    assert (("default", POD)) not in kube.pods
