@@ -38,3 +38,8 @@ ENGINE_CONTAINER = "main"
 KUEUE_WORKLOAD_API = ("kueue.x-k8s.io", "v1beta1", "workloads")
 
 FIELD_MANAGER = "llm-retire"
+
+#: How a worker's refusal of a stale workflow activation begins (``worker.stale_activations``):
+#: a query that raced a workflow task fails with it, and a caller that sees it asks again
+#: (the run was evicted and replays on its recorded clocks).
+STALE_ACTIVATION_REFUSED = "stale workflow activation refused"

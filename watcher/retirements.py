@@ -13,8 +13,12 @@ decides on (as ``kube.errors`` classifies the Kubernetes API's errors):
   does not change.
 
 Each keeps the RPC's ``status`` and ``message`` (``str(e)`` is the message, as the
-``RPCError``'s was).  A second start of a running retirement (one workflow ID per
-deployment) raises ``AlreadyRunning``.  The SDK's other errors (a query or an update that
+``RPCError``'s was).  One error that is not an RPC's is classified too: a state query the
+worker refused because it raced a workflow task (``worker.stale_activations``; the run
+was evicted and replays) is asked once more, and if refused again it is
+``QueryRefused``, an ``Unreachable`` (ask later), not a fact about the retirement.  A
+second start of a running retirement (one workflow ID per deployment) raises
+``AlreadyRunning``.  The SDK's other errors (a query or an update that
 failed in the worker, a run that did not complete) are not RPC errors: they pass through.
 
 ``count`` is told the name of every call made (the watcher's
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -41,12 +45,14 @@ from retirement.models import (
     RetryRequest,
     RetryResult,
 )
+from retirement.names import STALE_ACTIVATION_REFUSED
 from workflows import story
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
 
 __all__ = [
     "AlreadyRunning",
     "Described",
+    "QueryRefused",
     "Refused",
     "Retirements",
     "TemporalError",
@@ -90,6 +96,18 @@ class Unreachable(TemporalError):
     """Temporal did not answer in time or now: try again later."""
 
     retryable = True
+
+
+class QueryRefused(Unreachable):
+    """The worker refused the state query twice: it raced a workflow task (the run is
+    evicted and replays on its recorded clocks).  Ask again later."""
+
+    reported_as = "QueryRefused"
+
+
+def stale_refusal(e: WorkflowQueryFailedError) -> bool:
+    """Whether the query failed because the worker refused a stale activation."""
+    return e.message.startswith(STALE_ACTIVATION_REFUSED)
 
 
 class Refused(TemporalError):
@@ -165,13 +183,21 @@ class Retirements:
         rpc_timeout: timedelta | None = None,
     ) -> RetirementState:
         """The state of the retirement (its latest run, or ``run_id``): the state query."""
-        self._count("query")
         handle = self.client.get_workflow_handle(workflow_id, run_id=run_id)
-        with translated():
-            st: RetirementState = await handle.query(
-                RetirementWorkflow.state, rpc_timeout=rpc_timeout
-            )
-        return st
+        for attempt in (1, 2):
+            self._count("query")
+            try:
+                with translated():
+                    st: RetirementState = await handle.query(
+                        RetirementWorkflow.state, rpc_timeout=rpc_timeout
+                    )
+                return st
+            except WorkflowQueryFailedError as e:
+                if not stale_refusal(e):
+                    raise
+                if attempt == 2:
+                    raise QueryRefused(e.message, RPCStatusCode.UNAVAILABLE) from e
+        raise AssertionError("unreachable")
 
     async def result(
         self, workflow_id: str, *, run_id: str | None = None, rpc_timeout: timedelta | None = None

@@ -57,6 +57,8 @@ from temporalio.worker import (
 )
 from temporalio.workflow import Info, _Definition
 
+from retirement.names import STALE_ACTIVATION_REFUSED
+
 log = logging.getLogger(__name__)
 
 #: Jobs that read the workflow without moving it on: an activation carrying only these
@@ -65,7 +67,7 @@ _READ_ONLY_JOBS = frozenset({"query_workflow", "remove_from_cache"})
 
 #: The failure message of a refused activation (core hands it to the query's caller).
 REFUSED = (
-    "stale workflow activation refused: new events on the clock of an earlier task "
+    f"{STALE_ACTIVATION_REFUSED}: new events on the clock of an earlier task "
     "(a query raced a workflow task); the run is evicted and replays on the next task"
 )
 

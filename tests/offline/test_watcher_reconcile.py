@@ -65,6 +65,7 @@ from tests.workflows.fakes import FakeWorld
 from watcher.metrics import WatcherMetrics
 from watcher.reconcile import Reconciler, WatcherSettings
 from worker.build import workflow_runner
+from worker.stale_activations import REFUSED
 from workflows.retirement import RetirementWorkflow, initial_search_attributes
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -781,3 +782,25 @@ async def test_a_retirement_whose_deployment_was_deleted_gets_cancel_intent_once
     assert w.signals(workflow_id=f"retirement/{NS}/other") == []  # its deployment exists
     await w.pass_()
     assert len(w.signals()) == 1  # told once
+
+
+async def test_a_state_query_the_worker_refused_as_stale_is_no_fact_about_the_deployment(
+    w: World,
+) -> None:
+    """The worker's guard refuses a query that raced a workflow task (the run is evicted
+    and replays).  Refused once, the watcher asks again and goes on; refused twice, the
+    pass fails as Temporal unreachable would: counted as ``QueryRefused``, no Warning Event
+    on the deployment, and the next pass reads the state."""
+    add_md(w, replicas=1)
+    add_replicas(w, range(2))
+    w.temporal.running(request(1), outcome=Outcome.ABORTED, phase=Phase.ABORTED)
+    w.temporal.fail("query", WorkflowQueryFailedError(REFUSED))
+    await w.pass_()
+    assert w.metric("retire_watcher_reconcile_errors_total", error="QueryRefused") == 0
+    w.temporal.fail("query", WorkflowQueryFailedError(REFUSED), times=2)
+    await w.pass_()
+    assert w.metric("retire_watcher_reconcile_errors_total", error="QueryRefused") == 1
+    assert w.events("ReconcileFailed") == []
+    await w.pass_()
+    assert w.metric("retire_watcher_reconcile_errors_total", error="QueryRefused") == 1
+    assert w.starts() == [] and w.events("ReconcileFailed") == []

@@ -6,12 +6,15 @@ is ``AlreadyRunning``; every call is counted by its client method's name."""
 from __future__ import annotations
 
 import pytest
+from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCStatusCode
 
 from retirement.models import RetirementRequest, RetryRequest
 from tests.helpers.fake_temporal import FakeTemporal, rpc_error
+from watcher.reporting import unreachable
 from watcher.retirements import (
     AlreadyRunning,
+    QueryRefused,
     Refused,
     Retirements,
     Unreachable,
@@ -20,6 +23,7 @@ from watcher.retirements import (
     error_name,
 )
 from watcher.running import QUERY
+from worker.stale_activations import REFUSED
 
 WID = "retirement/ns/md"
 REQ = RetirementRequest(namespace="ns", deployment="md", role="server", ordinal=1)
@@ -82,3 +86,28 @@ async def test_a_second_start_is_already_running_and_a_failure_is_classified() -
         "execute_update",
         "list_workflows",
     ]
+
+
+async def test_a_query_the_worker_refused_as_stale_is_asked_again() -> None:
+    """A state query that raced a workflow task is refused by the worker's guard (the run
+    is evicted and replays): asked once more, it is answered."""
+    fake, retirements, counted = world()
+    await retirements.start(REQ, workflow_id=WID, task_queue="q")
+    fake.fail("query", WorkflowQueryFailedError(REFUSED))
+    assert (await retirements.state(WID)).request == REQ
+    assert counted[-2:] == ["query", "query"]
+
+
+async def test_a_query_refused_twice_is_unreachable_not_a_fact_about_the_retirement() -> None:
+    fake, retirements, _ = world()
+    await retirements.start(REQ, workflow_id=WID, task_queue="q")
+    fake.fail("query", WorkflowQueryFailedError(REFUSED), times=2)
+    with pytest.raises(QueryRefused) as caught:
+        await retirements.state(WID)
+    e = caught.value
+    assert isinstance(e, Unreachable) and e.retryable and unreachable(e)
+    assert error_name(e) == "QueryRefused"
+    # Any other failure of the query handler is the worker's answer: it passes through.
+    fake.fail("query", WorkflowQueryFailedError("boom"))
+    with pytest.raises(WorkflowQueryFailedError):
+        await retirements.state(WID)
