@@ -6,6 +6,7 @@ result) and that a refused call changed nothing on either."""
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,6 +20,8 @@ from kube.errors import Conflict, Expired, Invalid, KubeError, NotFound
 from kube.watching import WatchEvent
 from retirement.names import GROUP, LABEL_ELIGIBLE, PLURAL, VERSION
 from testbed.bed import Bed
+from testbed.controlplane import NODE_NAME
+from tests.helpers import eventually
 from tests.helpers.fake_kube import FakeKube
 from tests.helpers.fake_source import FakeSource
 from tests.helpers.manifests import model_deployment
@@ -261,3 +264,109 @@ def test_a_watch_from_a_version_the_server_no_longer_holds_is_gone_on_both(
         except KubeError as e:
             got[side] = type(e)
     assert got == {"real": Expired, "fake": Expired}
+
+
+# ---------------------------------------------------------------- EndpointSlices
+
+
+def _slice_endpoints(raw_slices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the product can read of a Service's slices (the UID aside: each side has its
+    own): per endpoint its addresses, conditions, node and target, and the ports."""
+    out = []
+    for s in raw_slices:
+        ports = sorted(
+            (p.get("name"), p.get("port"), p.get("protocol")) for p in s.get("ports") or []
+        )
+        for e in s.get("endpoints") or []:
+            ref = e.get("targetRef") or {}
+            out.append(
+                {
+                    "addresses": e.get("addresses"),
+                    "conditions": e.get("conditions"),
+                    "nodeName": e.get("nodeName"),
+                    "target": (ref.get("kind"), ref.get("name")),
+                    "ports": ports,
+                }
+            )
+    return out
+
+
+def test_endpoint_slices_follow_the_pods_as_the_controller_writes_them_on_both(
+    bed: Bed, twins: Twins
+) -> None:
+    """One pass of the fake's EndpointSlice controller writes what the real one writes for
+    a ready Pod on a node; after the Pod's label comes off, both drop it: the real one
+    when its controller gets to it, the fake one at its next pass (until then it lags)."""
+    api = bed.api_client()
+    core, discovery = client.CoreV1Api(api), client.DiscoveryV1Api(api)
+    labels = {LABEL_ELIGIBLE: "true", "twin": "ep"}
+    body = pod_body(twins.ns)
+    body["metadata"] = {"name": "twin-ep", "namespace": twins.ns, "labels": labels}
+    body["spec"] = {
+        "nodeName": NODE_NAME,
+        "containers": [{"name": "main", "image": "engine", "ports": [{"containerPort": 8000}]}],
+    }
+    core.create_namespaced_pod(twins.ns, body)
+
+    def ready_pod() -> dict[str, Any] | None:
+        raw = api.sanitize_for_serialization(core.read_namespaced_pod("twin-ep", twins.ns))
+        st = raw.get("status") or {}
+        ok = st.get("podIP") and any(
+            c["type"] == "Ready" and c["status"] == "True" for c in st.get("conditions") or []
+        )
+        return raw if ok else None
+
+    raw_pod = eventually(ready_pod, what="the Pod ready with an address", timeout=60)
+    ports = [{"name": "http", "port": 80, "targetPort": 8000, "protocol": "TCP"}]
+    svc = {
+        "metadata": {"name": "twin-ep", "namespace": twins.ns},
+        "spec": {"selector": labels, "ports": ports},
+    }
+    core.create_namespaced_service(twins.ns, svc)
+    twins.fake.add_pod(raw_pod)
+    twins.fake.add_service("twin-ep", selector=labels, namespace=twins.ns, ports=ports)
+
+    def real() -> list[dict[str, Any]]:
+        got = discovery.list_namespaced_endpoint_slice(
+            twins.ns, label_selector="kubernetes.io/service-name=twin-ep"
+        )
+        return _slice_endpoints([api.sanitize_for_serialization(s) for s in got.items])
+
+    def fake() -> list[dict[str, Any]]:
+        with twins.fake._lock:
+            raws = [
+                b
+                for (ns, _), b in twins.fake.endpoint_slices.items()
+                if ns == twins.ns
+                and (b["metadata"].get("labels") or {}).get("kubernetes.io/service-name")
+                == "twin-ep"
+            ]
+            return _slice_endpoints(copy.deepcopy(raws))
+
+    listed = eventually(real, what="the real controller's slice", timeout=30)
+    assert fake() == []  # the fake's controller has not run: its slices lag
+    twins.fake.sync_endpoint_slices(namespace=twins.ns)
+    assert fake() == listed
+    assert listed[0]["addresses"] == [raw_pod["status"]["podIP"]]
+    assert listed[0]["conditions"] == {"ready": True, "serving": True, "terminating": False}
+
+    off = [{"op": "remove", "path": ELIGIBLE_PATH}]
+    for side_api in (twins.real, twins.fake):
+        side_api.patch_pod(namespace=twins.ns, name="twin-ep", ops=off)
+    assert fake() == listed  # lagging until its next pass
+    twins.fake.sync_endpoint_slices(namespace=twins.ns)
+    assert fake() == []
+    eventually(real, accept=lambda v: v == [], what="the real slice without the Pod", timeout=30)
+    core.delete_namespaced_pod("twin-ep", twins.ns, grace_period_seconds=0)
+
+
+def test_a_watch_from_a_version_that_is_not_one_is_refused_alike_on_both(
+    twins: Twins,
+) -> None:
+    got: dict[str, Any] = {}
+    for side, src in (("real", KubeSource(twins.real)), ("fake", FakeSource(twins.fake))):
+        try:
+            got[side] = next(iter(src.watch("modeldeployments", twins.ns, "not-a-version")))
+        except KubeError as e:
+            got[side] = type(e)
+    assert got["real"] == got["fake"] and issubclass(got["real"], KubeError), got

@@ -21,6 +21,10 @@ typed views as the real client, and it is faithful where the product's safety re
 Each of these strictnesses has its twin against the real API server
 (``tests/bed/test_fake_kube_twin_on_bed.py``: the same calls, the same answers).
 
+EndpointSlices are what a test sets (``set_endpoints``, ``add_endpoint_slice``) or what one
+pass of the EndpointSlice controller derives from the Services and Pods
+(``sync_endpoint_slices``): between passes they lag, as the real controller's do.
+
 Exec results are scripted per Pod (``script_exec``); any call can be made to fail
 (``fail``); every call is recorded (``calls``).
 """
@@ -64,6 +68,34 @@ __all__ = [
 Key = tuple[str, str]
 ExecScript = ExecResult | Callable[[list[str]], ExecResult]
 _MISSING = object()
+
+
+def _endpoint(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The endpoint the EndpointSlice controller writes for ``pod``."""
+    meta, status = pod["metadata"], pod.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    terminating = meta.get("deletionTimestamp") is not None
+    out: dict[str, Any] = {
+        "addresses": [status["podIP"]],
+        "conditions": {
+            "ready": ready and not terminating,
+            "serving": ready,
+            "terminating": terminating,
+        },
+        "targetRef": {
+            "kind": "Pod",
+            "namespace": meta["namespace"],
+            "name": meta["name"],
+            "uid": meta.get("uid", ""),
+        },
+    }
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node:
+        out["nodeName"] = node
+    return out
 
 
 # ---------------------------------------------------------------- JSON patch (RFC 6902)
@@ -400,18 +432,18 @@ class FakeKube:
         selector: Mapping[str, str],
         namespace: str = "default",
         headless: bool = False,
+        ports: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """Create a Service (``clusterIP: None`` when ``headless``)."""
         with self._lock:
+            spec: dict[str, Any] = {
+                "selector": dict(selector),
+                "clusterIP": "None" if headless else "198.18.2.10",
+            }
+            if ports:
+                spec["ports"] = [dict(p) for p in ports]
             self.services[(namespace, name)] = self._stamp(
-                {
-                    "metadata": {"name": name, "namespace": namespace},
-                    "spec": {
-                        "selector": dict(selector),
-                        "clusterIP": "None" if headless else "198.18.2.10",
-                    },
-                },
-                "svc",
+                {"metadata": {"name": name, "namespace": namespace}, "spec": spec}, "svc"
             )
 
     def set_endpoints(
@@ -460,6 +492,42 @@ class FakeKube:
             if ports is not None:
                 body["ports"] = [dict(p) for p in ports]
             self.endpoint_slices[(namespace, name)] = self._stamp(body, "slice")
+
+    def sync_endpoint_slices(self, *, namespace: str = "default") -> None:
+        """One pass of the EndpointSlice controller over ``namespace``: each Service with a
+        selector gets one slice (``<service>-slice``) listing the Pods it selects, as the
+        real controller does (``pkg/controller/endpointslice``, ``ShouldPodBeInEndpoints``
+        with terminating Pods included, ``podEndpointChanged``'s conditions): a Pod with an
+        address and not Succeeded or Failed; ``ready`` when its Ready condition is True
+        and it is not terminating, ``serving`` when Ready, ``terminating`` when marked
+        for deletion; a ``targetRef`` to the Pod.  Until a test calls this, the slices lag
+        behind the Pods (as the controller lags behind a label change).  Twin:
+        ``tests/bed/test_fake_kube_twin_on_bed.py``."""
+        with self._lock:
+            for (ns, name), svc in list(self.services.items()):
+                selector = svc["spec"].get("selector")
+                if ns != namespace or not selector:
+                    continue
+                wanted = ",".join(f"{k}={v}" for k, v in selector.items())
+                endpoints = [
+                    _endpoint(p)
+                    for (p_ns, _), p in sorted(self.pods.items())
+                    if p_ns == ns
+                    and matches(p["metadata"].get("labels") or {}, wanted)
+                    and (p.get("status") or {}).get("podIP")
+                    and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                ]
+                ports = [
+                    {
+                        "name": sp.get("name", ""),
+                        "port": sp.get("targetPort", sp.get("port")),
+                        "protocol": sp.get("protocol", "TCP"),
+                    }
+                    for sp in svc["spec"].get("ports") or []
+                ]
+                self.add_endpoint_slice(
+                    f"{name}-slice", service=name, endpoints=endpoints, namespace=ns, ports=ports
+                )
 
     def add_workload(
         self,

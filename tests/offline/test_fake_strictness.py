@@ -1,7 +1,8 @@
-"""The fake informer source is as strict as the API server about versions (its twin on
+"""The fakes are as strict as the servers they stand for (their twins on
 the bed: ``tests/bed/test_fake_kube_twin_on_bed.py``): a watch delivers every change after
 its version and none before, in order, each with its own version; a version the server no
-longer holds is 410 Gone; and a Pod with finalizers lingers, marked, after its delete."""
+longer holds is 410 Gone; a Pod with finalizers lingers, marked, after its delete; the
+EndpointSlices follow the Pods as the controller writes them, one pass at a time."""
 
 from __future__ import annotations
 
@@ -98,3 +99,27 @@ def test_a_pod_with_a_finalizer_lingers_marked_after_its_delete() -> None:
     assert kube.pod_labels(POD).get(LABEL_ELIGIBLE) == "true"
     kube.remove_finalizers(POD)
     assert (("default", POD)) not in kube.pods
+
+
+def test_endpoint_slices_lag_until_the_controller_pass() -> None:
+    kube = FakeKube()
+    kube.add_pod(member_pod(POD, deployment="md", ip="198.18.1.7"))
+    kube.add_pod(member_pod("md-server-1", deployment="md", ip="198.18.1.8", ready="False"))
+    kube.add_pod(member_pod("md-server-2", deployment="md", ip="", eligible=True))
+    kube.add_service(
+        "md", selector={LABEL_ELIGIBLE: "true"}, ports=[{"port": 80, "targetPort": 8000}]
+    )
+    assert kube.list_endpoint_slices(namespace="default", service="md") == []
+    kube.sync_endpoint_slices()
+    (eps,) = kube.list_endpoint_slices(namespace="default", service="md")
+    assert [(e.addresses, e.target_name, e.ready) for e in eps.endpoints] == [
+        (("198.18.1.7",), POD, True),
+        (("198.18.1.8",), "md-server-1", False),  # listed, not ready; no address: not listed
+    ]
+    assert [p.port for p in eps.ports] == [8000]
+    kube.set_label(POD, LABEL_ELIGIBLE, None)
+    (eps,) = kube.list_endpoint_slices(namespace="default", service="md")
+    assert eps.addresses == ("198.18.1.7", "198.18.1.8")  # lagging
+    kube.sync_endpoint_slices()
+    (eps,) = kube.list_endpoint_slices(namespace="default", service="md")
+    assert eps.addresses == ("198.18.1.8",)
