@@ -15,6 +15,13 @@ the server does for the queries the product sends (``tests.helpers.visibility``)
 
 Any method can be made to fail (``fail``), a hook can act between calls (``on``), and
 every call is recorded (``calls``).  Hand it to the reconcile with ``client()``.
+
+Why the client's surface and not ``watcher.retirements.Retirements``'s: the watcher and the
+CLI reach Temporal only through ``Retirements``, so a fake of the client puts the
+project's own wrapper (its error classification, its one retry of a query refused as
+stale, its call counting) under every reconcile test; a fake of the wrapper would have to
+imitate that classification and could drift from it.  The surface stays small: only the
+client calls ``Retirements`` makes.
 """
 
 from __future__ import annotations
