@@ -6,9 +6,10 @@ selects) with the store's current resourceVersion; ``watch(resource_version)`` d
 every change after that version from FakeKube's history, in order (ADDED, MODIFIED,
 DELETED, each body carrying its own version), then follows new changes until ``watch_s``
 ends it, as a server ends a watch.  A version older than FakeKube's compaction
-(``FakeKube.compact``), or not a number, is answered 410 Gone (``Expired``), as the real
-API server answers a version its watch cache no longer holds (the twin:
-``tests/bed/test_fake_kube_twin_on_bed.py``).  ``fail_lists`` makes the next listings
+(``FakeKube.compact``) is answered 410 Gone (``Expired``), as the real API server answers
+a version its watch cache no longer holds; one that is not a number, HTTP 500 (measured:
+the API server fails to parse it and answers 500, not 400).  The twins:
+``tests/bed/test_fake_kube_twin_on_bed.py``.  ``fail_lists`` makes the next listings
 raise, ``expire`` makes the next watches answer 410 Gone.  Not imitated: a Pod whose
 ``app.kubernetes.io/name`` label changes away from the product's (the real watch reports
 it DELETED; here it falls silent): no test and nothing in the product changes that label.
@@ -73,7 +74,14 @@ class FakeSource:
             self.watches.append((resource, namespace, resource_version))
             expire = self._expire > 0
             self._expire -= expire
-        after = int(resource_version) if resource_version.isdigit() else -1
+        if not resource_version.isdigit():  # measured on the bed: a 500, not a 400
+            raise Unavailable(
+                f"watch {resource}",
+                status=500,
+                reason="Internal Server Error",
+                detail=f'resourceVersion: Invalid value: "{resource_version}"',
+            )
+        after = int(resource_version)
         with self.kube._lock:
             too_old = after < self.kube.compacted_to
         if expire or too_old:
