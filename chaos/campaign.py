@@ -70,6 +70,9 @@ EXCLUSIVE = {
     "recreate": "router",  # a routed deployment's re-create restarts its router
 }
 
+#: The API server's answers that say "come back later" (a person tries again).
+AWAY = frozenset({429, 500, 502, 503, 504})
+
 #: The longest a label taken off by hand counts as a fault on its deployment's path: the
 #: watcher puts it back within a reconcile, unless the watcher or the API server is down.
 LABEL_BACK_S = 120.0
@@ -240,24 +243,31 @@ class Run:
         finally:
             self._busy.discard(key)
 
+    async def _again(self, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)`` in a thread, tried again (for up to 30 s) while the API server
+        is away or not ready, as a person would: no answer, or one that says to come back
+        (``AWAY``: a restarted API server answers 503 until its paths are installed)."""
+        for attempt in range(30):
+            try:
+                return await asyncio.to_thread(call, *args)
+            except client.ApiException as e:
+                if e.status not in AWAY or attempt == 29:
+                    raise
+            except (urllib3.exceptions.HTTPError, OSError):
+                if attempt == 29:
+                    raise
+            await asyncio.sleep(1)
+
     async def _patch_deployment(self, name: str, body: dict[str, Any]) -> None:
-        """A merge patch of one of the campaign's ModelDeployments."""
-        await asyncio.to_thread(
+        """A merge patch of one of the campaign's ModelDeployments (``_again``)."""
+        await self._again(
             self.custom.patch_namespaced_custom_object, GROUP, VERSION, self.ns, PLURAL, name, body
         )
 
     async def _scale(self, a: Action) -> None:
         dep = next(d for d in self.plan.deployments if d.name == a.target)
         body = {"spec": {"roles": [role(dep, int(a.value))]}}
-        for attempt in range(30):  # a person tries again while the API server is away
-            try:
-                await self._patch_deployment(a.target, body)
-                break
-            except (urllib3.exceptions.HTTPError, OSError):
-                if attempt == 29:
-                    raise
-                await asyncio.sleep(1)
-
+        await self._patch_deployment(a.target, body)
         if self.mode != "product" and a.value < self.replicas.get(a.target, 0):
             await asyncio.to_thread(self._baseline_delete, a.target, int(a.value))
         self.replicas[a.target] = int(a.value)
@@ -489,7 +499,7 @@ class Run:
         dep = next(d for d in self.plan.deployments if d.name == a.target)
         t0 = time.time()
         try:
-            await asyncio.to_thread(
+            await self._again(
                 self.custom.delete_namespaced_custom_object,
                 GROUP,
                 VERSION,
@@ -505,7 +515,7 @@ class Run:
             await asyncio.sleep(a.value)
             for _ in range(120):  # until the API server has removed it (finalizers)
                 try:
-                    await asyncio.to_thread(
+                    await self._again(
                         self.custom.get_namespaced_custom_object,
                         GROUP,
                         VERSION,
@@ -519,9 +529,18 @@ class Run:
                     raise
                 await asyncio.sleep(0.5)
             body = manifest(dep, self.replicas.get(dep.name, 2))
-            await asyncio.to_thread(
-                self.custom.create_namespaced_custom_object, GROUP, VERSION, self.ns, PLURAL, body
-            )
+            try:
+                await self._again(
+                    self.custom.create_namespaced_custom_object,
+                    GROUP,
+                    VERSION,
+                    self.ns,
+                    PLURAL,
+                    body,
+                )
+            except client.ApiException as e:
+                if e.status != 409:  # 409: an earlier try was created, its answer lost
+                    raise
             if dep.router:
                 await self._router_back(dep.name, dep.router, "recreate")
         finally:
