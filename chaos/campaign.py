@@ -499,14 +499,18 @@ class Run:
         dep = next(d for d in self.plan.deployments if d.name == a.target)
         t0 = time.time()
         try:
-            await self._again(
-                self.custom.delete_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                self.ns,
-                PLURAL,
-                dep.name,
-            )
+            try:
+                await self._again(
+                    self.custom.delete_namespaced_custom_object,
+                    GROUP,
+                    VERSION,
+                    self.ns,
+                    PLURAL,
+                    dep.name,
+                )
+            except client.ApiException as e:
+                if e.status != 404:  # 404: an earlier try deleted it, its answer lost
+                    raise
             if dep.router:
                 await self._router_pod_gone(dep.name)
                 child = self.bed.routers.pop(router_pod_name(dep.name), None)
@@ -555,12 +559,13 @@ class Run:
                 pod = await asyncio.to_thread(
                     self.core.read_namespaced_pod, router_pod_name(deployment), self.ns
                 )
+                if pod.metadata.deletion_timestamp is not None:
+                    return
             except client.ApiException as e:
                 if e.status == 404:
                     return
-                raise
-            if pod.metadata.deletion_timestamp is not None:
-                return
+            except (urllib3.exceptions.HTTPError, OSError):
+                pass  # the API server is away: not known yet
             await asyncio.sleep(0.5)
 
     async def _router_back(self, deployment: str, program: str, why: str) -> str:
