@@ -371,3 +371,53 @@ def test_a_watch_from_a_version_that_is_not_one_is_refused_alike_on_both(
             got[side] = (type(e), e.status)
     # Measured: the API server cannot parse it and answers 500 (Unavailable), not 400.
     assert got["real"] == got["fake"] == (Unavailable, 500), got
+
+
+# ---------------------------------------------------------------- ModelDeployment writes
+
+
+def test_a_status_write_keeps_what_the_crd_knows_and_prunes_the_rest_on_both(
+    twins: Twins,
+) -> None:
+    """What the product writes (``activities.publish``) is kept whole; a field the schema
+    of ``status.retirement`` does not name is pruned; ``status`` itself preserves unknown
+    fields."""
+    retirement = {
+        "roleName": "server",
+        "replicaOrdinal": 1,
+        "targetMemberUIDs": ["u-1"],
+        "state": "Draining",
+        "reason": "draining",
+        "startedAt": "2026-12-05T04:00:00Z",
+        "workflowID": "retirement/ns/twin",
+        "notInTheSchema": "dropped",
+    }
+    patch = {"status": {"retirement": retirement, "retryTokens": {"server:1": "t"}, "other": 1}}
+
+    def written(api: KubeApi, _uid: str) -> Any:
+        return api.patch_deployment_status(namespace=twins.ns, name=MD, patch=patch)["status"]
+
+    got = twins.both(written)
+    assert got["real"] == got["fake"], got
+    expected = {k: v for k, v in retirement.items() if k != "notInTheSchema"}
+    assert got["real"]["retirement"] == expected
+    assert got["real"]["other"] == 1 and got["real"]["retryTokens"] == {"server:1": "t"}
+
+
+def test_a_merge_patch_of_a_missing_deployment_is_not_found_on_both(twins: Twins) -> None:
+    patch = {"metadata": {"labels": {"a": "1"}}}
+    for call in (
+        lambda api, _uid: api.patch_deployment(namespace=twins.ns, name="absent", patch=patch),
+        lambda api, _uid: api.patch_deployment_status(
+            namespace=twins.ns, name="absent", patch={"status": {"other": 1}}
+        ),
+    ):
+        assert twins.both(call) == {"real": NotFound, "fake": NotFound}
+
+
+def test_a_status_write_under_another_uid_is_a_conflict_on_both(twins: Twins) -> None:
+    patch = {"metadata": {"uid": "00000000-0000-0000-0000-000000000000"}, "status": {"other": 2}}
+    got = twins.both(
+        lambda api, _uid: api.patch_deployment_status(namespace=twins.ns, name=MD, patch=patch)
+    )
+    assert got == {"real": Conflict, "fake": Conflict}

@@ -15,6 +15,8 @@ typed views as the real client, and it is faithful where the product's safety re
   and deleting it again is answered, not refused;
 - merge patches (RFC 7386) with a ``metadata.resourceVersion`` are optimistic
   (``Conflict`` when stale), every write bumps the resourceVersion;
+- a ModelDeployment write keeps only what the CRD's structural schema knows (``prune``:
+  fields it does not name are dropped, unless preserved there);
 - Events of an existing name are ``Conflict``; Workloads are ``NotFound`` when Kueue is
   "not installed".
 
@@ -32,13 +34,17 @@ Exec results are scripted per Pod (``script_exec``); any call can be made to fai
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import re
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from kube.api import ExecResult
 from kube.errors import Conflict, Invalid, KubeError, NotFound
@@ -96,6 +102,42 @@ def _endpoint(pod: Mapping[str, Any]) -> dict[str, Any]:
     if node:
         out["nodeName"] = node
     return out
+
+
+# ---------------------------------------------------------------- the CRD's pruning
+
+
+@functools.cache
+def crd_schema() -> dict[str, Any]:
+    """The ModelDeployment CRD's structural schema (``deploy/crd-modeldeployment.yaml``, the
+    one the bed installs)."""
+    path = Path(__file__).resolve().parents[2] / "deploy" / "crd-modeldeployment.yaml"
+    crd = yaml.safe_load(path.read_text())
+    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def prune(value: Any, schema: Mapping[str, Any]) -> Any:
+    """``value`` as the API server stores it under a structural ``schema``: an object's
+    fields the schema does not name are dropped, unless it preserves unknown fields
+    (``x-kubernetes-preserve-unknown-fields``); known fields, ``additionalProperties`` and
+    array items are pruned by their own schemas."""
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        keep = schema.get("x-kubernetes-preserve-unknown-fields") is True
+        out = {}
+        for k, v in value.items():
+            if k in props:
+                out[k] = prune(v, props[k])
+            elif isinstance(extra, dict):
+                out[k] = prune(v, extra)
+            elif keep or extra is True:
+                out[k] = v
+        return out
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [prune(v, schema["items"]) for v in value]
+    return value
 
 
 # ---------------------------------------------------------------- JSON patch (RFC 6902)
@@ -679,6 +721,9 @@ class FakeKube:
             else:  # the main resource ignores status
                 patch = {k: v for k, v in patch.items() if k != "status"}
             merged = apply_merge_patch(md, patch)
+            for part in ("spec", "status"):  # what the CRD's schema does not know goes
+                if isinstance(merged.get(part), dict):
+                    merged[part] = prune(merged[part], crd_schema()["properties"][part])
             merged["metadata"]["resourceVersion"] = md["metadata"]["resourceVersion"]
             if merged.get("spec") != md.get("spec"):
                 merged["metadata"]["generation"] = int(md["metadata"].get("generation", 1)) + 1

@@ -123,3 +123,14 @@ def test_endpoint_slices_lag_until_the_controller_pass() -> None:
     kube.sync_endpoint_slices()
     (eps,) = kube.list_endpoint_slices(namespace="default", service="md")
     assert eps.addresses == ("198.18.1.8",)
+
+
+def test_a_deployment_write_is_pruned_to_the_crd_schema() -> None:
+    kube = FakeKube()
+    kube.add_deployment(model_deployment("md"))
+    status = {"retirement": {"state": "Draining", "extra": 1}, "kept": {"x": 1}}
+    md = kube.patch_deployment_status(namespace="default", name="md", patch={"status": status})
+    assert md["status"] == {"retirement": {"state": "Draining"}, "kept": {"x": 1}}
+    spec_patch = {"spec": {"roles": [{"name": "server", "replicas": 1, "anything": "kept"}]}}
+    md = kube.patch_deployment(namespace="default", name="md", patch=spec_patch)
+    assert md["spec"]["roles"][0]["anything"] == "kept"  # roles preserve unknown fields
