@@ -701,7 +701,15 @@ class Run:
         """Each deployment as it stands: declared, present and eligible Pods."""
         out = []
         for dep in self.plan.deployments:
-            md = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, dep.name)
+            try:
+                md = self.custom.get_namespaced_custom_object(
+                    GROUP, VERSION, self.ns, PLURAL, dep.name
+                )
+            except client.ApiException as e:
+                if e.status != 404:
+                    raise
+                out.append(Settled(dep.name, 0, 0, 0, 0, missing=True))
+                continue
             replicas = sum(int(r.get("replicas", 0)) for r in md["spec"]["roles"])
             declared = replicas * dep.size
             pods = [

@@ -113,6 +113,8 @@ class Settled:
     #: Pods that should be eligible (None: every declared one; a leader-served group's
     #: replica serves through its leader only).
     serving: int | None = None
+    #: The ModelDeployment itself is gone (the campaign meant it to exist).
+    missing: bool = False
 
 
 @dataclass(frozen=True)
@@ -238,6 +240,8 @@ def attributed(failure: ClientFailure, faults: Iterable[Fault]) -> Violation | N
 
 def converged(s: Settled) -> Violation | None:
     """Invariant 4 for one deployment."""
+    if s.missing:
+        return Violation("converged", s.name, "the ModelDeployment is missing")
     kept = s.held_by_policy  # a held replica is one Pod per member; the campaign's are single
     serving = s.declared if s.serving is None else s.serving
     if (

@@ -258,6 +258,8 @@ def test_a_client_failure_needs_a_fault_on_its_own_path() -> None:
 
 def test_convergence_needs_declared_present_eligible_and_nothing_running() -> None:
     assert converged(Settled("c00", 2, 2, 2, 0)) is None
+    missing = converged(Settled("c00", 0, 0, 0, 0, missing=True))
+    assert missing is not None and "missing" in missing.evidence
     assert converged(Settled("c00", 1, 2, 2, 0)) is not None
     assert converged(Settled("c00", 2, 2, 1, 0)) is not None
     assert converged(Settled("c00", 2, 2, 2, 1)) is not None
