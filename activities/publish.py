@@ -40,24 +40,60 @@ def retirement_status(inp: PublishInput) -> dict[str, Any] | None:
     }
 
 
+#: How many times a status write is tried again when the deployment was written between
+#: its read and the write (its resourceVersion moved).
+WRITE_TRIES = 5
+
+
 def publish(api: KubeApi, inp: PublishInput) -> None:
     """Write the status (a merge patch of the subresource: no lost update of other status
-    fields) and emit the phase's Event once (a deterministic name makes retries no-ops)."""
+    fields) and emit the phase's Event once (a deterministic name makes retries no-ops).
+
+    Once a deployment was admitted, the status goes only onto that deployment, never onto
+    one re-created since under the same name: its UID is read and checked, and the write
+    carries the read's resourceVersion, so it lands on the object checked or not at all (a
+    409 reads and checks again).  A ``metadata.uid`` in the patch would not do it: the
+    status subresource takes nothing but ``status`` from a patch, and the API server
+    writes it whatever UID the patch names (measured, the twin test
+    ``tests/bed/test_fake_kube_twin_on_bed.py``)."""
     body: dict[str, Any] = {"status": {"retirement": retirement_status(inp)}}
     if inp.last_consumed_retry_token:  # kept per role:ordinal, across retirements
         key = f"{inp.role}:{inp.ordinal}"
         body["status"]["retryTokens"] = {key: inp.last_consumed_retry_token}
     admitted_uid = inp.target.deployment_uid if inp.target is not None else ""
-    if admitted_uid:  # only onto the deployment admitted, never one re-created since
-        body["metadata"] = {"uid": admitted_uid}
-    try:
-        md = api.patch_deployment_status(namespace=inp.namespace, name=inp.deployment, patch=body)
-    except NotFound:  # the deployment is gone: nothing to mirror on
+    for _ in range(WRITE_TRIES):
+        try:
+            md = _write(api, inp, body, admitted_uid)
+        except NotFound:  # the deployment is gone: nothing to mirror on
+            return
+        except Conflict:  # written in between: read and check again
+            continue
+        if md is None:  # re-created under the same name: another deployment's status
+            return
+        uid = (md.get("metadata") or {}).get("uid") or ""
+        _event(api, inp, uid=str(uid))
         return
-    except Conflict:  # a UID precondition failed: re-created under the same name
-        return
-    uid = (md.get("metadata") or {}).get("uid") or ""
-    _event(api, inp, uid=str(uid))
+    raise Conflict(
+        f"publish status.retirement of ModelDeployment {inp.namespace}/{inp.deployment}: "
+        f"written in between {WRITE_TRIES} times",
+        status=409,
+        reason="Conflict",
+    )
+
+
+def _write(
+    api: KubeApi, inp: PublishInput, body: dict[str, Any], admitted_uid: str
+) -> dict[str, Any] | None:
+    """One status write, fenced to the deployment ``admitted_uid`` when there is one (None:
+    the deployment of that name is another one now)."""
+    patch = body
+    if admitted_uid:
+        raw = api.get_deployment(namespace=inp.namespace, name=inp.deployment)
+        meta = raw.get("metadata") or {}
+        if meta.get("uid") != admitted_uid:
+            return None
+        patch = {**body, "metadata": {"resourceVersion": meta.get("resourceVersion")}}
+    return api.patch_deployment_status(namespace=inp.namespace, name=inp.deployment, patch=patch)
 
 
 def _event(api: KubeApi, inp: PublishInput, *, uid: str) -> None:

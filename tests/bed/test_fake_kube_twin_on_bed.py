@@ -415,9 +415,34 @@ def test_a_merge_patch_of_a_missing_deployment_is_not_found_on_both(twins: Twins
         assert twins.both(call) == {"real": NotFound, "fake": NotFound}
 
 
-def test_a_status_write_under_another_uid_is_a_conflict_on_both(twins: Twins) -> None:
+def test_a_status_write_naming_another_uid_is_written_on_both(twins: Twins) -> None:
+    """Measured: the status subresource takes nothing but ``status`` from a patch, so a
+    ``metadata.uid`` there fences nothing (``activities.publish`` checks the UID it reads
+    and writes with that read's resourceVersion instead)."""
     patch = {"metadata": {"uid": "00000000-0000-0000-0000-000000000000"}, "status": {"other": 2}}
     got = twins.both(
-        lambda api, _uid: api.patch_deployment_status(namespace=twins.ns, name=MD, patch=patch)
+        lambda api, _uid: api.patch_deployment_status(namespace=twins.ns, name=MD, patch=patch)[
+            "status"
+        ]["other"]
     )
-    assert got == {"real": Conflict, "fake": Conflict}
+    assert got == {"real": 2, "fake": 2}
+
+
+def test_a_status_write_on_a_stale_resource_version_is_a_conflict_on_both(twins: Twins) -> None:
+    def stale(api: KubeApi, _uid: str) -> Any:
+        rv = api.get_deployment(namespace=twins.ns, name=MD)["metadata"]["resourceVersion"]
+        api.patch_deployment(
+            namespace=twins.ns, name=MD, patch={"metadata": {"labels": {"a": "1"}}}
+        )
+        patch = {"metadata": {"resourceVersion": rv}, "status": {"other": 3}}
+        return api.patch_deployment_status(namespace=twins.ns, name=MD, patch=patch)
+
+    assert twins.both(stale) == {"real": Conflict, "fake": Conflict}
+
+
+def test_a_merge_patch_naming_another_uid_is_refused_alike_on_both(twins: Twins) -> None:
+    patch = {"metadata": {"uid": "00000000-0000-0000-0000-000000000000", "labels": {"b": "1"}}}
+    got = twins.both(
+        lambda api, _uid: api.patch_deployment(namespace=twins.ns, name=MD, patch=patch)
+    )
+    assert got["real"] == got["fake"] and got["real"] in (Conflict, Invalid), got

@@ -707,8 +707,10 @@ class FakeKube:
             md = self._found(self.deployments, (namespace, name), "ModelDeployment")
             rv = (patch.get("metadata") or {}).get("resourceVersion")
             uid = (patch.get("metadata") or {}).get("uid")
-            if uid is not None and uid != md["metadata"].get("uid"):
-                # The API server: "Precondition failed: UID in precondition" (409).
+            if uid is not None and uid != md["metadata"].get("uid") and not status:
+                # The API server: "Precondition failed: UID in precondition" (409).  The
+                # status subresource takes nothing but status from the patch: a UID there
+                # is not checked (measured; the resourceVersion is).
                 raise Conflict(
                     f"patch ModelDeployment {namespace}/{name}", status=409, reason="Conflict"
                 )

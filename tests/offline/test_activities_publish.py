@@ -13,7 +13,8 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from activities import RetirementActivities
-from kube.errors import Forbidden, KubeError, NotFound, Unavailable
+from activities.publish import WRITE_TRIES
+from kube.errors import Conflict, Forbidden, KubeError, NotFound, Unavailable
 from retirement.models import IntentKind, MemberTarget, PublishInput, Target
 from retirement.names import GROUP, KIND, VERSION
 from retirement.phases import Outcome, Phase
@@ -121,8 +122,9 @@ def test_publish_writes_status_retirement_and_keeps_the_other_status_fields() ->
         "workflowID": WF,
     }
     [call] = kube.called("patch_deployment_status")
-    assert call.args["patch"].keys() == {"status", "metadata"}  # metadata: the UID precondition
-    assert call.args["patch"]["metadata"] == {"uid": "md-uid"}
+    # The write is fenced by the resourceVersion of the read whose UID was checked.
+    assert len(kube.called("get_deployment")) == 1
+    assert call.args["patch"]["metadata"] == {"resourceVersion": "1"}
     assert kube.called("patch_deployment") == []  # never the main resource
 
 
@@ -211,9 +213,38 @@ def test_publish_on_a_deleted_deployment_does_nothing() -> None:
 
 
 def test_publish_does_not_mirror_onto_a_recreated_deployment() -> None:
+    """The status subresource writes whatever UID a patch names (the fake as the API server,
+    twin-tested): the UID is read and checked, never sent as a precondition."""
     kube = cluster(uid="md-new")
     publish(kube, snapshot(deployment_uid="md-old"))
     assert "retirement" not in status(kube)
+    assert kube.called("patch_deployment_status") == []
+
+
+def test_a_deployment_recreated_between_the_read_and_the_write_gets_no_status() -> None:
+    kube = cluster(uid="md-uid")
+    read = kube.get_deployment
+
+    def read_then_recreate(*, namespace: str, name: str) -> dict[str, Any]:
+        raw = read(namespace=namespace, name=name)
+        kube.add_deployment(model_deployment(MD, namespace=NS, uid="md-new"))  # meanwhile
+        return raw
+
+    kube.get_deployment = read_then_recreate  # type: ignore[method-assign]
+    publish(kube, snapshot(deployment_uid="md-uid"))
+    # The write on the first read's version was refused (409); the second read saw the
+    # new UID: nothing written, no Event.
+    assert len(kube.called("patch_deployment_status")) == 1
+    assert "retirement" not in status(kube)
+    assert kube.called("create_event") == []
+
+
+def test_a_status_written_in_between_every_time_fails_the_publish() -> None:
+    kube = cluster(uid="md-uid")
+    kube.fail("patch_deployment_status", Conflict("x", status=409), times=WRITE_TRIES)
+    with pytest.raises(ApplicationError, match="written in between"):
+        publish(kube, snapshot())
+    assert kube.called("create_event") == []
 
 
 # ---------------------------------------------------------------- Kubernetes errors
