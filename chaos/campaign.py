@@ -16,6 +16,7 @@ import random
 import signal
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,6 +163,25 @@ async def restarted(start: Callable[[], Child], what: str, *, within_s: float = 
 
 #: How long a restarted router's fault may last while it has no worker to route to.
 ROUTER_BACK_S = 120.0
+
+
+#: How long a Pod deleted by hand may stay in its router's worker list as a fault.
+STALE_ROUTE_S = 300.0
+
+
+def addresses(url: str, program: str) -> set[str] | None:
+    """The hosts of the workers the router at ``url`` lists (None: unreadable)."""
+    vllm = ROUTERS[program] == "vllm-router"
+    try:
+        body = jsonhttp.call(url + ("/list_workers" if vllm else "/workers"), timeout=2)
+    except (OSError, ValueError):
+        return None
+    items = (body or {}).get("urls" if vllm else "workers") if isinstance(body, dict) else None
+    out = set()
+    for i in items or []:
+        where = i.get("url", "") if isinstance(i, dict) else str(i)
+        out.add(urllib.parse.urlsplit(where if "//" in where else f"//{where}").hostname or "")
+    return out
 
 
 def routes(url: str, program: str) -> bool:
@@ -422,14 +442,35 @@ class Run:
         if live:
             victim = self.rng.choice(sorted(live, key=lambda p: p.metadata.name))
             t0 = time.time()
-            with contextlib.suppress(client.ApiException):
-                await asyncio.to_thread(
-                    self.core.delete_namespaced_pod,
-                    victim.metadata.name,
-                    self.ns,
-                    grace_period_seconds=0,
-                )
-            self.faults.append(Fault("delete-pod", t0, time.time(), a.target))
+            try:
+                with contextlib.suppress(client.ApiException):
+                    await asyncio.to_thread(
+                        self.core.delete_namespaced_pod,
+                        victim.metadata.name,
+                        self.ns,
+                        grace_period_seconds=0,
+                    )
+                await self._router_forgets(a.target, victim.status.pod_ip)
+            finally:
+                self.faults.append(Fault("delete-pod", t0, time.time(), a.target))
+
+    async def _router_forgets(self, deployment: str, ip: str | None) -> None:
+        """Wait (bounded by ``STALE_ROUTE_S``) until the deployment's router no longer
+        lists the deleted Pod's address: until then it still sends requests to a Pod that
+        is gone, and their failures are the deletion's (a router's discovery can lag by
+        minutes after API server faults: vllm-router 0.1.17 backs off its watch up to
+        128 s, then restarts it 60 s later, measured in the campaign's router logs)."""
+        url = self.urls.get(deployment)
+        dep = next(d for d in self.plan.deployments if d.name == deployment)
+        if not url or not ip or dep.router is None:
+            return
+        deadline = time.monotonic() + STALE_ROUTE_S
+        while time.monotonic() < deadline:
+            listed = await asyncio.to_thread(addresses, self.urls[deployment], dep.router)
+            if listed is not None and ip not in listed:
+                return
+            await asyncio.sleep(1)
+        say(f"delete-pod {deployment}: its router still lists {ip} {STALE_ROUTE_S:g} s after")
 
     async def _stall_apiserver(self, a: Action) -> None:
         api = next(c for c in self.bed.cp.children if c.name == "kube-apiserver")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from chaos import audit
+from chaos import audit, campaign
 from chaos.oracle import (
     HISTORY_BOUND,
     WAIT_BOUND_S,
@@ -418,3 +418,32 @@ def test_routed_deployments_are_deleted_and_recreated_too() -> None:
     plan = draw(seed=3, seconds=24 * 60, deployments=12, pace=2)  # `make chaos`'s plan
     routed = {d.name for d in plan.deployments if d.router}
     assert {a.target for a in plan.actions if a.kind == "recreate"} & routed
+
+
+@pytest.mark.parametrize(
+    ("program", "body", "expected"),
+    [
+        ("vllm-router", {"urls": ["http://198.19.0.5:8000"]}, {"198.19.0.5"}),
+        (
+            "smg",
+            {"workers": [{"url": "http://198.19.0.6:8000", "status": "ready"}]},
+            {"198.19.0.6"},
+        ),
+        ("sglang-router", {"workers": []}, set()),
+        ("sglang-router", "not a listing", set()),
+    ],
+)
+def test_the_addresses_a_router_lists(
+    monkeypatch: pytest.MonkeyPatch, program: str, body: object, expected: set[str]
+) -> None:
+    """What a Pod deleted by hand waits on: its address gone from its router's list."""
+    monkeypatch.setattr(campaign.jsonhttp, "call", lambda *_a, **_k: body)
+    assert campaign.addresses("http://r", program) == expected
+
+
+def test_an_unreadable_router_lists_nothing_known(monkeypatch: pytest.MonkeyPatch) -> None:
+    def down(*_a: object, **_k: object) -> None:
+        raise OSError("refused")
+
+    monkeypatch.setattr(campaign.jsonhttp, "call", down)
+    assert campaign.addresses("http://r", "smg") is None
