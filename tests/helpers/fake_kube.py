@@ -708,11 +708,14 @@ class FakeKube:
             rv = (patch.get("metadata") or {}).get("resourceVersion")
             uid = (patch.get("metadata") or {}).get("uid")
             if uid is not None and uid != md["metadata"].get("uid") and not status:
-                # The API server: "Precondition failed: UID in precondition" (409).  The
-                # status subresource takes nothing but status from the patch: a UID there
-                # is not checked (measured; the resourceVersion is).
-                raise Conflict(
-                    f"patch ModelDeployment {namespace}/{name}", status=409, reason="Conflict"
+                # Measured on the bed: 422, "metadata.uid: field is immutable".  The status
+                # subresource takes nothing but status from the patch: a UID there is not
+                # checked (the resourceVersion is).
+                raise Invalid(
+                    f"patch ModelDeployment {namespace}/{name}",
+                    status=422,
+                    reason="Unprocessable Entity",
+                    detail="metadata.uid: field is immutable",
                 )
             if rv is not None and rv != md["metadata"]["resourceVersion"]:
                 raise Conflict(
