@@ -539,7 +539,18 @@ class Run:
         lasts until the new router routes again (as ``_kill_router``'s does)."""
         dep = next(d for d in self.plan.deployments if d.name == a.target)
         t0 = time.time()
+        old_uid = ""
         try:
+            with contextlib.suppress(client.ApiException):
+                old = await self._again(
+                    self.custom.get_namespaced_custom_object,
+                    GROUP,
+                    VERSION,
+                    self.ns,
+                    PLURAL,
+                    dep.name,
+                )
+                old_uid = str(old["metadata"]["uid"])
             try:
                 await self._again(
                     self.custom.delete_namespaced_custom_object,
@@ -588,8 +599,28 @@ class Run:
                     raise
             if dep.router:
                 await self._router_back(dep.name, dep.router, "recreate")
+            await self._owned_pods_gone(old_uid)
         finally:
             self.faults.append(Fault("recreate", t0, time.time(), dep.name))
+
+    async def _owned_pods_gone(self, owner_uid: str, *, timeout: float = 120.0) -> None:
+        """Wait (bounded) until the garbage collector has deleted every Pod of the deleted
+        deployment ``owner_uid``: until then one may serve through the new router and be
+        cut when it goes (the 24-minute run of 5192d62: c01-server-1 of the old deployment
+        went 24 s after the others and cut a request the new router had sent it)."""
+        deadline = time.monotonic() + timeout
+        while owner_uid and time.monotonic() < deadline:
+            try:
+                pods = await asyncio.to_thread(self.core.list_namespaced_pod, self.ns)
+            except (client.ApiException, urllib3.exceptions.HTTPError, OSError):
+                pods = None  # the API server is away: not known yet
+            if pods is not None and not any(
+                ref.uid == owner_uid
+                for p in pods.items
+                for ref in (p.metadata.owner_references or [])
+            ):
+                return
+            await asyncio.sleep(1)
 
     async def _router_pod_gone(self, deployment: str, *, timeout: float = 30.0) -> None:
         """Wait (bounded) until the deployment's router Pod is gone or going: its process
