@@ -278,11 +278,14 @@ class Run:
                     raise
             await asyncio.sleep(1)
 
+    async def _md(self, call: Callable[..., Any], *args: Any) -> Any:
+        """A call of the custom-objects API on the campaign's ModelDeployments
+        (``call(GROUP, VERSION, namespace, PLURAL, *args)``, ``_again``)."""
+        return await self._again(call, GROUP, VERSION, self.ns, PLURAL, *args)
+
     async def _patch_deployment(self, name: str, body: dict[str, Any]) -> None:
         """A merge patch of one of the campaign's ModelDeployments (``_again``)."""
-        await self._again(
-            self.custom.patch_namespaced_custom_object, GROUP, VERSION, self.ns, PLURAL, name, body
-        )
+        await self._md(self.custom.patch_namespaced_custom_object, name, body)
 
     async def _scale(self, a: Action) -> None:
         dep = next(d for d in self.plan.deployments if d.name == a.target)
@@ -542,24 +545,10 @@ class Run:
         old_uid = ""
         try:
             with contextlib.suppress(client.ApiException):
-                old = await self._again(
-                    self.custom.get_namespaced_custom_object,
-                    GROUP,
-                    VERSION,
-                    self.ns,
-                    PLURAL,
-                    dep.name,
-                )
+                old = await self._md(self.custom.get_namespaced_custom_object, dep.name)
                 old_uid = str(old["metadata"]["uid"])
             try:
-                await self._again(
-                    self.custom.delete_namespaced_custom_object,
-                    GROUP,
-                    VERSION,
-                    self.ns,
-                    PLURAL,
-                    dep.name,
-                )
+                await self._md(self.custom.delete_namespaced_custom_object, dep.name)
             except client.ApiException as e:
                 if e.status != 404:  # 404: an earlier try deleted it, its answer lost
                     raise
@@ -571,14 +560,7 @@ class Run:
             await asyncio.sleep(a.value)
             for _ in range(120):  # until the API server has removed it (finalizers)
                 try:
-                    await self._again(
-                        self.custom.get_namespaced_custom_object,
-                        GROUP,
-                        VERSION,
-                        self.ns,
-                        PLURAL,
-                        dep.name,
-                    )
+                    await self._md(self.custom.get_namespaced_custom_object, dep.name)
                 except client.ApiException as e:
                     if e.status == 404:
                         break
@@ -586,14 +568,7 @@ class Run:
                 await asyncio.sleep(0.5)
             body = manifest(dep, self.replicas.get(dep.name, 2))
             try:
-                await self._again(
-                    self.custom.create_namespaced_custom_object,
-                    GROUP,
-                    VERSION,
-                    self.ns,
-                    PLURAL,
-                    body,
-                )
+                await self._md(self.custom.create_namespaced_custom_object, body)
             except client.ApiException as e:
                 if e.status != 409:  # 409: an earlier try was created, its answer lost
                     raise
