@@ -169,16 +169,25 @@ ROUTER_BACK_S = 120.0
 STALE_ROUTE_S = 300.0
 
 
-def addresses(url: str, program: str) -> set[str] | None:
-    """The hosts of the workers the router at ``url`` lists (None: unreadable)."""
+def listed(url: str, program: str) -> list[Any] | None:
+    """The worker items the router at ``url`` lists (vllm-router: URLs; the others:
+    objects with a ``url``).  None: unreachable or unreadable."""
     vllm = ROUTERS[program] == "vllm-router"
     try:
         body = jsonhttp.call(url + ("/list_workers" if vllm else "/workers"), timeout=2)
     except (OSError, ValueError):
         return None
     items = (body or {}).get("urls" if vllm else "workers") if isinstance(body, dict) else None
+    return list(items) if isinstance(items, list) else []
+
+
+def addresses(url: str, program: str) -> set[str] | None:
+    """The hosts of the workers the router at ``url`` lists (None: unreadable)."""
+    items = listed(url, program)
+    if items is None:
+        return None
     out = set()
-    for i in items or []:
+    for i in items:
         where = i.get("url", "") if isinstance(i, dict) else str(i)
         out.add(urllib.parse.urlsplit(where if "//" in where else f"//{where}").hostname or "")
     return out
@@ -187,13 +196,10 @@ def addresses(url: str, program: str) -> set[str] | None:
 def routes(url: str, program: str) -> bool:
     """Whether the router at ``url`` lists a worker it may route to (smg: ``ready``; the
     others list only what they route to).  Unreachable or unreadable: no."""
-    vllm = ROUTERS[program] == "vllm-router"
-    try:
-        body = jsonhttp.call(url + ("/list_workers" if vllm else "/workers"), timeout=2)
-    except (OSError, ValueError):
-        return False
-    items = (body or {}).get("urls" if vllm else "workers") if isinstance(body, dict) else None
-    return any(not isinstance(i, dict) or i.get("status", "ready") == "ready" for i in items or [])
+    return any(
+        not isinstance(i, dict) or i.get("status", "ready") == "ready"
+        for i in listed(url, program) or []
+    )
 
 
 def deployment_of(workflow_id: str) -> str:

@@ -447,3 +447,21 @@ def test_an_unreadable_router_lists_nothing_known(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(campaign.jsonhttp, "call", down)
     assert campaign.addresses("http://r", "smg") is None
+
+
+@pytest.mark.parametrize(
+    ("program", "body", "expected"),
+    [
+        ("smg", {"workers": [{"url": "http://a:1", "status": "pending"}]}, False),
+        ("smg", {"workers": [{"url": "http://a:1", "status": "ready"}]}, True),
+        ("sglang-router", {"workers": [{"url": "http://a:1"}]}, True),
+        ("vllm-router", {"urls": ["http://a:1"]}, True),
+        ("vllm-router", {"urls": []}, False),
+        ("smg", "not a listing", False),
+    ],
+)
+def test_a_router_routes_when_it_lists_a_ready_worker(
+    monkeypatch: pytest.MonkeyPatch, program: str, body: object, expected: bool
+) -> None:
+    monkeypatch.setattr(campaign.jsonhttp, "call", lambda *_a, **_k: body)
+    assert campaign.routes("http://r", program) is expected
