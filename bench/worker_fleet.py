@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import re
 import threading
 import time
@@ -154,6 +155,29 @@ def victims_left(core: client.CoreV1Api, namespaces: list[str]) -> int:
         len(core.list_namespaced_pod(ns, label_selector=f"{LABEL_ORDINAL}=1").items)
         for ns in namespaces
     )
+
+
+def event_line(workflow_id: str, ev: Any) -> dict[str, Any]:
+    """One history event as a line of the run's timelines file: what happened when (the
+    activity's name on a schedule, the scheduling event on a start or completion)."""
+    line: dict[str, Any] = {
+        "wf": workflow_id,
+        "id": ev.event_id,
+        "t": ev.event_time.ToDatetime().timestamp(),
+        "type": EventType.Name(ev.event_type).removeprefix("EVENT_TYPE_"),
+    }
+    if ev.HasField("activity_task_scheduled_event_attributes"):
+        line["activity"] = ev.activity_task_scheduled_event_attributes.activity_type.name
+    for field in (
+        "activity_task_started_event_attributes",
+        "activity_task_completed_event_attributes",
+        "activity_task_failed_event_attributes",
+        "workflow_task_started_event_attributes",
+        "workflow_task_completed_event_attributes",
+    ):
+        if ev.HasField(field):
+            line["of"] = getattr(ev, field).scheduled_event_id
+    return line
 
 
 def lags(history_events: list[Any], scheduled: int, started: int) -> list[float]:
@@ -297,6 +321,7 @@ async def one_fleet(
             )
         kwok = next(c for c in bed.cp.children if c.name == "kwok")
         api0, cpu0, kcpu0 = apiserver_requests(bed), worker.cpu_s(), cpu_seconds(kwok.pid)
+        tcpu0, rpc0 = cpu_seconds(dev.child.pid), dev.frontend_requests()
         t_start = time.time()
 
         def watch_deletions() -> None:
@@ -340,29 +365,36 @@ async def one_fleet(
         results: dict[str, RetirementState | str | BaseException] = {}
         peak_threads = worker.threads()
         while pending and time.monotonic() < deadline:
-            for wid, h in list(pending.items()):
-                desc = await h.describe()
-                if desc.close_time is not None:
+            # One visibility query a round for the retirements that ended or hold (not one
+            # describe per retirement: at N = 200 that was 40 requests a second to the
+            # server under measurement).
+            ended = (
+                f"TaskQueue = '{queue}' AND "
+                "(ExecutionStatus != 'Running' OR RetirementOutcome != 'Running')"
+            )
+            async for ex in tc.list_workflows(ended):
+                h = pending.pop(ex.id, None)
+                if h is None:
+                    continue
+                if ex.close_time is not None:
                     try:
-                        results[wid] = await h.result()
+                        results[ex.id] = await h.result()
                     except BaseException as e:
-                        results[wid] = e
-                    del pending[wid]
-                elif (outcome := desc.typed_search_attributes.get(OUTCOME)) not in (
-                    None,
-                    "Running",
-                ):
-                    # Aborted: the retirement holds (Running) until a retry token arrives.
-                    try:
-                        results[wid] = await h.query(
-                            RetirementWorkflow.state, rpc_timeout=timedelta(seconds=10)
-                        )
-                    except Exception:  # a saturated worker does not answer in time
-                        results[wid] = str(outcome)
-                    del pending[wid]
-                elif time.monotonic() > deadline - 6:
-                    phase = desc.typed_search_attributes.get(PHASE)
+                        results[ex.id] = e
+                    continue
+                # Aborted: the retirement holds (Running) until a retry token arrives.
+                outcome = ex.typed_search_attributes.get(OUTCOME)
+                try:
+                    results[ex.id] = await h.query(
+                        RetirementWorkflow.state, rpc_timeout=timedelta(seconds=10)
+                    )
+                except Exception:  # a saturated worker does not answer in time
+                    results[ex.id] = str(outcome)
+            if pending and time.monotonic() > deadline - 6:
+                for wid, h in list(pending.items()):
+                    phase = (await h.describe()).typed_search_attributes.get(PHASE)
                     results[wid] = TimeoutError(f"still {phase} at the deadline")
+                    del pending[wid]
             peak_threads = max(peak_threads, worker.threads())
             say(
                 f"N={n}: {len(results)}/{n} retirements ended or held, "
@@ -375,7 +407,8 @@ async def one_fleet(
         states = [results.get(h.id, TimeoutError("still running")) for h in handles]
         elapsed = time.time() - t_start
         cpu1, rss, hwm = worker.cpu_s(), worker.rss_mib(), worker.rss_mib("VmHWM")
-        kcpu1 = cpu_seconds(kwok.pid)
+        kcpu1, tcpu1 = cpu_seconds(kwok.pid), cpu_seconds(dev.child.pid)
+        rpc1 = dev.frontend_requests()
         api1 = apiserver_requests(bed)
         done.set()
         poller.join(timeout=5)
@@ -383,8 +416,21 @@ async def one_fleet(
         say(f"N={n}: reading {n} histories")
         act_lags: list[float] = []
         wft_lags: list[float] = []
+        wft_timeouts = 0
+        timelines = bed.state_dir / f"histories-n{n}.jsonl"
+        with timelines.open("w") as out:
+            for h in handles:
+                hist = await h.fetch_history()
+                for ev in hist.events:
+                    out.write(json.dumps(event_line(h.id, ev)) + "\n")
+            for md, idle_t in busy.idle_at.items():
+                out.write(json.dumps({"md": md, "t": idle_t, "type": "ENGINE_IDLE"}) + "\n")
+        say(f"N={n}: every history's events in {timelines}")
         for h in handles:
             hist = await h.fetch_history()
+            wft_timeouts += sum(
+                ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT for ev in hist.events
+            )
             act_lags += lags(
                 list(hist.events),
                 EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
@@ -464,6 +510,12 @@ async def one_fleet(
         "act_p99_ms": pct(act_lags, 99) * 1000,
         "wft_p50_ms": pct(wft_lags, 50) * 1000,
         "wft_p99_ms": pct(wft_lags, 99) * 1000,
+        "wft_per_retirement": len(wft_lags) / n,
+        "wft_timeouts": wft_timeouts,
+        "temporal_cpu_s": tcpu1 - tcpu0,
+        "rpc_per_retirement": {
+            op: (v - rpc0.get(op, 0.0)) / n for op, v in rpc1.items() if v > rpc0.get(op, 0.0)
+        },
         "last_deletion_s": (last_deleted[0] - t_start) if last_deleted else float("nan"),
         "elapsed_s": elapsed,
         "cpu_s": cpu1 - cpu0,
@@ -574,6 +626,17 @@ def report(results: list[dict[str, Any]]) -> None:
         if r.get("tails_p50"):
             parts = ", ".join(f"{k} {v:.1f} s" for k, v in r["tails_p50"].items())
             print(f"  N={r['n']}: after the engine went idle, p50 per phase: {parts}")
+        if "wft_per_retirement" in r:
+            print(
+                f"  N={r['n']}: {r['wft_per_retirement']:.1f} workflow tasks per retirement, "
+                f"{r['wft_timeouts']} timed out (a sticky task not started in time is one); "
+                f"the Temporal server used {r['temporal_cpu_s']:.1f} CPU s"
+            )
+            rpcs = sorted(r["rpc_per_retirement"].items(), key=lambda kv: -kv[1])
+            print(
+                f"  N={r['n']}: Temporal RPCs per retirement {sum(v for _, v in rpcs):.0f}: "
+                + ", ".join(f"{op} {v:.1f}" for op, v in rpcs[:6])
+            )
         if r["other_kinds"] or r["busy_errors"]:
             print(f"  N={r['n']}: {r['other_kinds']} held-request errors {r['busy_errors']}")
     print(

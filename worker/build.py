@@ -10,12 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum
 
 from temporalio.client import Client
+from temporalio.converter import DataConverter
 from temporalio.worker import Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities import RetirementActivities
 from activities.fairslots import WorkerSlots
 from kube.client import Kube
+from worker.context_free import ContextFreeSerialization, context_free
 from worker.stale_activations import StaleActivationGuard
 from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow
@@ -32,10 +34,15 @@ class Serves(StrEnum):
     ACTIVITIES = "activities"
 
 
-def workflow_runner() -> WorkflowRunner:
+def workflow_runner(*, converter: DataConverter) -> WorkflowRunner:
     """How the worker runs workflow code: the SDK's sandbox, with activations on a stale
-    clock refused (``worker.stale_activations``)."""
-    return StaleActivationGuard(SandboxedWorkflowRunner())
+    clock refused (``worker.stale_activations``); when ``converter`` (the client's) is
+    context free, the SDK's per-payload context questions are answered outside the sandbox
+    (``worker.context_free``)."""
+    sandbox: WorkflowRunner = SandboxedWorkflowRunner()
+    if context_free(converter):
+        sandbox = ContextFreeSerialization(sandbox)
+    return StaleActivationGuard(sandbox)
 
 
 def build_worker(
@@ -67,7 +74,7 @@ def build_worker(
         activities=(
             RetirementActivities(kube, slots=slots).all() if kube is not None and activities else []
         ),
-        workflow_runner=workflow_runner(),
+        workflow_runner=workflow_runner(converter=client.data_converter),
         activity_executor=executor if activities else None,
         max_concurrent_activities=executor._max_workers if activities else None,
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,

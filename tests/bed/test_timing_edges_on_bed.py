@@ -239,7 +239,7 @@ async def test_a_label_put_back_between_the_last_drain_round_and_the_delete_keep
             ctx.client,
             task_queue=queue,
             workflows=[RetirementWorkflow],
-            workflow_runner=workflow_runner(),
+            workflow_runner=workflow_runner(converter=ctx.client.data_converter),
             activities=[a for a in acts.all() if a.__name__ != "drain"] + [person.drain],
             activity_executor=pool,
             max_concurrent_activities=8,

@@ -33,7 +33,7 @@ async def running(dev_env: WorkflowEnvironment) -> AsyncIterator[tuple[Client, F
         dev_env.client,
         task_queue=queue,
         workflows=[RetirementWorkflow],
-        workflow_runner=workflow_runner(),
+        workflow_runner=workflow_runner(converter=dev_env.client.data_converter),
         activities=world.activities(),
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     ):

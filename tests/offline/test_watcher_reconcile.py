@@ -647,7 +647,7 @@ async def live(time_skipping_env: WorkflowEnvironment) -> AsyncIterator[Live]:
         time_skipping_env.client,
         task_queue=queue,
         workflows=[RetirementWorkflow],
-        workflow_runner=workflow_runner(),
+        workflow_runner=workflow_runner(converter=time_skipping_env.client.data_converter),
         activities=cast("list[Callable[..., Any]]", world.activities()),
     ):
         yield Live(time_skipping_env, world, w, md)

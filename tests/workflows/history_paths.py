@@ -267,7 +267,7 @@ async def run_paths(env: WorkflowEnvironment, paths: list[Path_]) -> list[Run]:
             env.client,
             task_queue=queue,
             workflows=[RetirementWorkflow],
-            workflow_runner=workflow_runner(),
+            workflow_runner=workflow_runner(converter=env.client.data_converter),
             activities=world.activities(),
             max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         ):

@@ -60,7 +60,7 @@ async def saturated(env: WorkflowEnvironment) -> AsyncIterator[tuple[Client, Sat
             env.client,
             task_queue=queue,
             workflows=[RetirementWorkflow],
-            workflow_runner=workflow_runner(),
+            workflow_runner=workflow_runner(converter=env.client.data_converter),
             activities=world.activities(),
             max_concurrent_activities=1,
             max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,

@@ -61,7 +61,7 @@ async def world_worker(
         time_skipping_env.client,
         task_queue=queue,
         workflows=[RetirementWorkflow],
-        workflow_runner=workflow_runner(),
+        workflow_runner=workflow_runner(converter=time_skipping_env.client.data_converter),
         activities=world.activities(),
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     ):
@@ -616,7 +616,7 @@ async def test_an_unlabelled_surplus_member_is_shed_not_held() -> None:
                 env.client,
                 task_queue=queue,
                 workflows=[RetirementWorkflow],
-                workflow_runner=workflow_runner(),
+                workflow_runner=workflow_runner(converter=env.client.data_converter),
                 activities=RetirementActivities(kube).all(),
                 activity_executor=pool,
                 max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,

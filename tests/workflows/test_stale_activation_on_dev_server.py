@@ -94,7 +94,9 @@ async def test_the_sdk_runner_decides_on_the_old_clock_and_the_history_does_not_
 async def test_the_product_runner_refuses_the_stale_activation_and_the_history_replays(
     dev_env: WorkflowEnvironment,
 ) -> None:
-    answer, result, failure = await _race(dev_env.client, workflow_runner())
+    answer, result, failure = await _race(
+        dev_env.client, workflow_runner(converter=dev_env.client.data_converter)
+    )
     # The race happened: the guard refused the activation the query brought ...
     assert isinstance(answer, WorkflowQueryFailedError) and REFUSED in str(answer)
     # ... and the real task decided on its own clock.

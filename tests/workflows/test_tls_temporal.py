@@ -374,7 +374,7 @@ async def test_a_retirement_completes_with_its_worker_and_client_over_mtls(
         client,
         task_queue=queue,
         workflows=[RetirementWorkflow],
-        workflow_runner=workflow_runner(),
+        workflow_runner=workflow_runner(converter=client.data_converter),
         activities=world.activities(),
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     ):

@@ -54,7 +54,7 @@ async def test_the_worker_serves_sdk_and_retirement_metrics(dev_env: WorkflowEnv
         client,
         task_queue=queue,
         workflows=[RetirementWorkflow],
-        workflow_runner=workflow_runner(),
+        workflow_runner=workflow_runner(converter=client.data_converter),
         activities=world.activities(),
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     ):
