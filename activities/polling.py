@@ -88,11 +88,18 @@ def poll_until(
 
 
 #: Polls one worker runs at once, by default (``retire-worker --max-concurrent-polls``).
-#: A poll is mostly Python work under the GIL, so a few at once keep one core busy; many
+#: A poll's Python work (decoding the API server's answers) runs under the GIL, so many
 #: at once only hold more decoded answers in memory and starve each other's I/O of the
-#: GIL (an exec whose websocket is read by a starved thread times out).  With the default
-#: exec slots (``activities.sampling.DEFAULT_EXEC_SLOTS``, also 16) this is the tighter bound.
-DEFAULT_POLL_SLOTS = 16
+#: GIL (an exec whose websocket is read by a starved thread times out).  But a poll holds
+#: its slot for its whole round, its exec reads included, and those wait seconds on a
+#: loaded node while the exec slots (``activities.sampling.DEFAULT_EXEC_SLOTS``, 16) bound
+#: them already.  With as many poll slots as exec slots, the slots were held by polls
+#: waiting on execs and a drain's first poll waited for one (up to ``FIRST_SLOT_WAIT_S``):
+#: in the worker benchmark (N = 50, one run each) its first read came 4.3 s (p50) after
+#: its start with 16 and 1.2 s with 64; over three runs each the drain after idle took
+#: 5.5 s (median of the p50s) with 16 and 4.4 s with 64, at the same peak memory (the
+#: polls of one namespace share one decoded list, ``kube.sharing``).
+DEFAULT_POLL_SLOTS = 64
 #: How long the first poll of an attempt waits for a slot before it polls without one: it
 #: has no progress of its own to heartbeat yet, and must not go quiet past the heartbeat
 #: timeout (10 s).
