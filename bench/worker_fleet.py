@@ -21,7 +21,14 @@ Figures per N:
   thread count (sampled every ~5 s), and kwok's CPU seconds with its reaped children
   (every exec'd one-shot runs there);
 * ``pods/exec`` requests per second (``apiserver_request_total{resource="pods",
-  subresource="exec"}`` over the run), and all API requests per retirement.
+  subresource="exec"}`` over the run), and all API requests per retirement;
+* workflow tasks per retirement and how many timed out (a sticky task not started in
+  time), the Temporal server's CPU seconds and its frontend RPCs per retirement.
+
+Every retirement's history events, and each victim engine's idle moment, are written to
+``.bed/bench-worker/histories-n<N>.jsonl`` (one JSON object a line) for a closer look at
+where the time went.  Outcomes are read with one visibility query every ~5 s, so the
+measurement adds little to the server it measures.
 
 ``--split`` runs the worker as two processes on the task queue (``--serve workflows`` and
 ``--serve activities``); the figures are then their sums.
@@ -423,24 +430,23 @@ async def one_fleet(
                 hist = await h.fetch_history()
                 for ev in hist.events:
                     out.write(json.dumps(event_line(h.id, ev)) + "\n")
+                wft_timeouts += sum(
+                    ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
+                    for ev in hist.events
+                )
+                act_lags += lags(
+                    list(hist.events),
+                    EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
+                    EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED,
+                )
+                wft_lags += lags(
+                    list(hist.events),
+                    EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+                    EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+                )
             for md, idle_t in busy.idle_at.items():
                 out.write(json.dumps({"md": md, "t": idle_t, "type": "ENGINE_IDLE"}) + "\n")
         say(f"N={n}: every history's events in {timelines}")
-        for h in handles:
-            hist = await h.fetch_history()
-            wft_timeouts += sum(
-                ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT for ev in hist.events
-            )
-            act_lags += lags(
-                list(hist.events),
-                EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
-                EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED,
-            )
-            wft_lags += lags(
-                list(hist.events),
-                EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
-                EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
-            )
     finally:
         done.set()
         for h in handles:
