@@ -24,8 +24,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from temporalio.bridge.proto.workflow_activation import WorkflowActivation
-from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.converter import (
     ActivitySerializationContext,
     DataConverter,
@@ -33,12 +31,9 @@ from temporalio.converter import (
     WorkflowSerializationContext,
 )
 from temporalio.converter._extstore import StorageDriverStoreContext
-from temporalio.worker import (
-    WorkflowInstance,
-    WorkflowInstanceDetails,
-    WorkflowRunner,
-)
-from temporalio.workflow import Info, _Definition
+from temporalio.worker import WorkflowInstance
+
+from worker.delegating import DelegatingInstance, WrappingRunner
 
 #: Contexts of each kind the SDK hands a converter in a workflow worker.
 _PROBES: tuple[SerializationContext, ...] = (
@@ -63,14 +58,8 @@ def context_free(converter: DataConverter) -> bool:
     )
 
 
-class _ContextFreeInstance(WorkflowInstance):
+class _ContextFreeInstance(DelegatingInstance):
     """A workflow instance that answers the context questions itself."""
-
-    def __init__(self, inner: WorkflowInstance) -> None:
-        self._inner = inner
-
-    def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
-        return self._inner.activate(act)
 
     def get_serialization_context(self, command_info: Any) -> SerializationContext | None:
         return None  # the context-free converter: the one every context gives back
@@ -78,26 +67,11 @@ class _ContextFreeInstance(WorkflowInstance):
     def get_external_store_context(self, command_info: Any) -> StorageDriverStoreContext:
         return StorageDriverStoreContext(target=None)  # no external storage to address
 
-    def get_info(self) -> Info:
-        return self._inner.get_info()
 
-    def get_thread_id(self) -> int | None:
-        return self._inner.get_thread_id()
-
-
-class ContextFreeSerialization(WorkflowRunner):
+class ContextFreeSerialization(WrappingRunner):
     """``inner`` (the SDK's sandboxed runner), its instances answering the serialization
     and store context questions without the sandbox.  Only for a worker whose data
     converter is ``context_free``."""
 
-    def __init__(self, inner: WorkflowRunner) -> None:
-        self._inner = inner
-
-    def prepare_workflow(self, defn: _Definition) -> None:
-        self._inner.prepare_workflow(defn)
-
-    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
-        return _ContextFreeInstance(self._inner.create_instance(det))
-
-    def set_worker_level_failure_exception_types(self, types: Any) -> None:
-        self._inner.set_worker_level_failure_exception_types(types)
+    def wrap(self, instance: WorkflowInstance) -> WorkflowInstance:
+        return _ContextFreeInstance(instance)

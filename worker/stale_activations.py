@@ -46,18 +46,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from temporalio.bridge.proto.workflow_activation import WorkflowActivation
 from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
-from temporalio.worker import (
-    WorkflowInstance,
-    WorkflowInstanceDetails,
-    WorkflowRunner,
-)
-from temporalio.workflow import Info, _Definition
+from temporalio.worker import WorkflowInstance
 
 from retirement.names import STALE_ACTIVATION_REFUSED
+from worker.delegating import DelegatingInstance, WrappingRunner
 
 log = logging.getLogger(__name__)
 
@@ -108,11 +103,11 @@ def refusal(act: WorkflowActivation) -> WorkflowActivationCompletion:
     return completion
 
 
-class _GuardedInstance(WorkflowInstance):
+class _GuardedInstance(DelegatingInstance):
     """A workflow instance whose stale activations are refused (``is_stale``)."""
 
     def __init__(self, inner: WorkflowInstance) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._last: Seen | None = None
 
     def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
@@ -131,32 +126,10 @@ class _GuardedInstance(WorkflowInstance):
             self._last = seen_of(act) or self._last
         return self._inner.activate(act)
 
-    # The rest is the inner instance's, unchanged (the SDK's own types are private).
-    def get_serialization_context(self, command_info: Any) -> Any:
-        return self._inner.get_serialization_context(command_info)
 
-    def get_external_store_context(self, command_info: Any) -> Any:
-        return self._inner.get_external_store_context(command_info)
-
-    def get_info(self) -> Info:
-        return self._inner.get_info()
-
-    def get_thread_id(self) -> int | None:
-        return self._inner.get_thread_id()
-
-
-class StaleActivationGuard(WorkflowRunner):
+class StaleActivationGuard(WrappingRunner):
     """``inner`` (the SDK's sandboxed runner, in the product), with stale activations
     refused."""
 
-    def __init__(self, inner: WorkflowRunner) -> None:
-        self._inner = inner
-
-    def prepare_workflow(self, defn: _Definition) -> None:
-        self._inner.prepare_workflow(defn)
-
-    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
-        return _GuardedInstance(self._inner.create_instance(det))
-
-    def set_worker_level_failure_exception_types(self, types: Any) -> None:
-        self._inner.set_worker_level_failure_exception_types(types)
+    def wrap(self, instance: WorkflowInstance) -> WorkflowInstance:
+        return _GuardedInstance(instance)
