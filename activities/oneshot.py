@@ -9,7 +9,13 @@ GETs the engine's request-level count (``/load``, a constant path, on the same p
 API server serves both; after the metrics, so a request arriving between the two is still
 counted); it prints ``name<TAB>value`` lines, ``#load<TAB>N``, then ``#end``, or
 ``#error<TAB>reason``.  In ``exact2`` mode it does all that twice, ``TWICE_SPACING_S``
-apart, in the one process (the exact drain's two reads).  It reads only; it writes nothing.
+apart, in the one process (the exact drain's two reads).  In ``quiet`` mode (the router-less
+quiet window of a member with the exact count, ``quiet_command``) it first waits up to a
+given time for the count to read 0 (``#busy<TAB>N`` when it does not), prints
+``#waited<TAB>seconds``, reads, keeps the window on its own monotonic clock, prints
+``#apart<TAB>seconds`` (from the end of the first read to the start of the second) and
+reads again: a whole quiet window in one exec, instead of an exec at each of its ends and
+the wait between them in the worker.  It reads only; it writes nothing.
 
 Why the standard library only (``http.client`` and the parser below, no ``urllib`` and no
 ``prometheus_client``): every drain read of every retirement starts this process on the
@@ -80,11 +86,16 @@ def fail(reason):
     print("#error\t" + reason); sys.exit(0)
 try:
     port = int(sys.argv[1]); scheme = sys.argv[2]; path = sys.argv[3]; mode = sys.argv[4]
-    names = sys.argv[5:]
+    if mode == "quiet":
+        wait = float(sys.argv[5]); window = float(sys.argv[6]); names = sys.argv[7:]
+    else:
+        wait = window = 0.0; names = sys.argv[5:]
 except (IndexError, ValueError):
     fail("bad arguments")
 if (not 0 < port < 65536 or scheme not in ("http", "https") or not path.startswith("/")
-        or mode not in ("plain", "exact", "exact2")):
+        or mode not in ("plain", "exact", "exact2", "quiet")
+        or not 0 <= wait <= %(max_wait)s or not 0 <= window <= %(max_window)s
+        or (mode == "quiet" and window == 0)):
     fail("bad arguments")
 import http.client
 def get(what, accept, cap, shown):
@@ -112,6 +123,15 @@ def get(what, accept, cap, shown):
     if want is not None and len(body) != want:
         fail("body cut short: %d of its Content-Length %d bytes" % (len(body), want))
     return body
+def count():
+    import json
+    try:
+        n = json.loads(get("/load", "application/json", 4096, "4 KiB"))["server_load"]
+    except Exception as e:
+        fail("GET /load answered no count: " + type(e).__name__)
+    if type(n) is not int or n < 0:
+        fail("GET /load answered no count: not a whole number")
+    return n
 def read():
     body = get(path, "text/plain", %(cap)d, "1 MiB")
     # The exposition format ends every line with a line feed: without one, it was cut.
@@ -121,22 +141,34 @@ def read():
         sums, seen, bad = parse(body.decode("utf-8"), names)
     except Exception as e:
         fail("malformed metrics: " + type(e).__name__)
-    load = None
-    if mode != "plain":
-        # After the metrics: a request that arrives between the two reads is still counted
-        # here, from its handler's start until its last byte is sent.
-        import json
-        try:
-            load = json.loads(get("/load", "application/json", 4096, "4 KiB"))["server_load"]
-        except Exception as e:
-            fail("GET /load answered no count: " + type(e).__name__)
-        if type(load) is not int or load < 0:
-            fail("GET /load answered no count: not a whole number")
+    # After the metrics: a request that arrives between the two reads is still counted
+    # here, from its handler's start until its last byte is sent.
+    load = None if mode == "plain" else count()
     for n in names:
         print(n + "\t" + ("invalid" if n in bad else repr(sums[n]) if n in seen else "missing"))
     if load is not None:
         print("#load\t%d" % load)
     print("#end", flush=True)
+if mode == "quiet":
+    import time
+    start = time.monotonic()
+    while True:
+        n = count()
+        if n == 0:
+            break
+        left = start + wait - time.monotonic()
+        if left <= 0:
+            print("#busy\t%d" % n, flush=True); sys.exit(0)
+        time.sleep(min(%(poll)s, left))
+    print("#waited\t%.3f" % (time.monotonic() - start))
+    read()
+    # The window runs from the end of the first read to the start of the second, on
+    # this process's monotonic clock: no request finished in it (equal counters) and
+    # none was held at either end (the count, 0 at both reads).
+    after_first = time.monotonic()
+    while time.monotonic() < after_first + window:
+        time.sleep(max(0.0, after_first + window - time.monotonic()))
+    print("#apart\t%.3f" % (time.monotonic() - after_first))
 read()
 if mode == "exact2":
     import time
@@ -149,16 +181,20 @@ if mode == "exact2":
 #: two halves what a drain costs the node and the API server).
 TWICE_SPACING_S = 0.25
 
-SCRIPT = PARSER + _MAIN.replace("%(timeout)s", repr(HTTP_TIMEOUT_S)).replace(
-    "%(cap)d", str(BODY_CAP)
-).replace("%(spacing)s", repr(TWICE_SPACING_S))
-
-
 #: How often the wait one-shot asks the engine for its count (seconds): a member that goes
 #: idle is noticed within this, for one small local GET each time.
 WAIT_POLL_S = 0.25
 #: The longest wait one exec may be asked for (seconds).
 MAX_WAIT_S = 60.0
+#: The longest quiet window one exec keeps (``quiet`` mode, seconds): longer windows are
+#: read at their two ends by two execs, as before.
+MAX_WINDOW_S = 30.0
+
+SCRIPT = PARSER + _MAIN.replace("%(timeout)s", repr(HTTP_TIMEOUT_S)).replace(
+    "%(cap)d", str(BODY_CAP)
+).replace("%(spacing)s", repr(TWICE_SPACING_S)).replace("%(max_wait)s", repr(MAX_WAIT_S)).replace(
+    "%(max_window)s", repr(MAX_WINDOW_S)
+).replace("%(poll)s", repr(WAIT_POLL_S))
 
 #: The wait one-shot (``wait_command``): no evidence, only a trigger.  It asks the engine for
 #: its request-level count (``GET /load``, on loopback, 2 s timeout, 4 KiB cap) every
@@ -263,3 +299,16 @@ def command(
         raise ValueError("a double read is for the exact count only")
     mode = "exact2" if twice else "exact" if exact else "plain"
     return ["python3", "-c", SCRIPT, str(port), scheme, path, mode, *names]
+
+
+def quiet_command(
+    *, port: int, scheme: str, path: str, names: tuple[str, ...], wait_s: float, window_s: float
+) -> list[str]:
+    """The ``quiet`` one-shot's argv: wait up to ``wait_s`` (0: not at all) for the engine's
+    exact count to read 0, then read, keep a ``window_s`` quiet window, and read again."""
+    if not 0 <= wait_s <= MAX_WAIT_S or not 0 < window_s <= MAX_WINDOW_S:
+        raise ValueError("bad quiet-window arguments")
+    return [
+        "python3", "-c", SCRIPT, str(port), scheme, path, "quiet",
+        f"{wait_s:.3f}", f"{window_s:.3f}", *names,
+    ]  # fmt: skip

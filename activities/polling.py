@@ -22,8 +22,10 @@ without one (a last look, never a skipped one).
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -63,28 +65,73 @@ def poll_until(
     raises."""
     polls = 0
     slots = poll_slots() if slots is None else slots
-    held = _first_slot(slots, tenant)
-    while True:
-        polls += 1
-        began = time.monotonic()
-        try:
-            obs = once().model_copy(update={"polls": polls})
-        finally:
-            if held:
-                slots.release(tenant)
-        took = time.monotonic() - began
-        heartbeat(details(obs))
-        if obs.verdict is not Verdict.UNKNOWN:
-            return obs
-        left = seconds_left(deadline)
-        if left <= 0:
-            late = late_start()
-            if late:
-                obs = obs.model_copy(update={"reason": f"{obs.reason}; {late}"})
-            return obs
-        wait = interval(obs) if callable(interval) else interval
-        (pause or wait_heartbeating)(min(backpressure(wait, took), left), details(obs))
-        held = take_slot(slots, deadline, details(obs), tenant)
+    turn = _Turn(slots, tenant, deadline, held=_first_slot(slots, tenant))
+    outer, _turns.turn = getattr(_turns, "turn", None), turn
+    try:
+        while True:
+            polls += 1
+            began = time.monotonic()
+            try:
+                obs = once().model_copy(update={"polls": polls})
+            finally:
+                if turn.held:
+                    turn.held = False
+                    slots.release(tenant)
+            # Time the poll lent its slot is a deliberate wait, not a sign of load.
+            took, turn.lent_s = time.monotonic() - began - turn.lent_s, 0.0
+            turn.details = details(obs)
+            heartbeat(turn.details)
+            if obs.verdict is not Verdict.UNKNOWN:
+                return obs
+            left = seconds_left(deadline)
+            if left <= 0:
+                late = late_start()
+                if late:
+                    obs = obs.model_copy(update={"reason": f"{obs.reason}; {late}"})
+                return obs
+            wait = interval(obs) if callable(interval) else interval
+            (pause or wait_heartbeating)(min(backpressure(wait, took), left), turn.details)
+            turn.held = take_slot(slots, deadline, turn.details, tenant)
+    finally:
+        _turns.turn = outer
+
+
+class _Turn:
+    """A poll loop's hold on its poll slot, for ``slot_lent``: the slots, whose share, the
+    phase deadline, whether a slot is held now, and the details last heartbeated (None
+    before the first poll ended)."""
+
+    def __init__(self, slots: FairSlots, tenant: str, deadline: datetime, *, held: bool) -> None:
+        self.slots, self.tenant, self.deadline, self.held = slots, tenant, deadline, held
+        self.details: Any = None
+        #: Seconds the current poll has lent its slot (``slot_lent``).
+        self.lent_s = 0.0
+
+
+#: The poll loop running in this thread (an activity runs in a thread of its own).
+_turns = threading.local()
+
+
+@contextmanager
+def slot_lent() -> Iterator[None]:
+    """Inside a poll: give its poll slot back for the duration of a long wait that holds no
+    decoded answers (an exec keeping a quiet window), and take one again after it, waiting
+    and heartbeating as between polls (at the deadline the poll goes on without one).  Not
+    taken again when the wait raised (the poll loop ends).  Outside a poll loop, or in a
+    poll that holds no slot, there is nothing to give back.  Either way the time lent is
+    not counted as the poll's own (``backpressure``): it is a wait, not a sign of load."""
+    turn: _Turn | None = getattr(_turns, "turn", None)
+    if turn is None:
+        yield
+        return
+    held, turn.held = turn.held, False
+    if held:
+        turn.slots.release(turn.tenant)
+    began = time.monotonic()
+    yield
+    turn.lent_s += time.monotonic() - began
+    if held:
+        turn.held = take_slot(turn.slots, turn.deadline, turn.details, turn.tenant)
 
 
 #: Polls one worker runs at once, by default (``retire-worker --max-concurrent-polls``).
@@ -143,8 +190,9 @@ def _first_slot(slots: FairSlots, tenant: str = "") -> bool:
 
 
 def take_slot(slots: FairSlots, deadline: datetime, details: Any, tenant: str = "") -> bool:
-    """Wait for a poll slot, heartbeating ``details`` (so a cancel reaches the activity and
-    the heartbeat timeout is not tripped); True once one is held, False at the deadline
+    """Wait for a poll slot, heartbeating ``details`` (None: the last ones again), so a
+    cancel reaches the activity and the heartbeat timeout is not tripped; True once one is
+    held, False at the deadline
     (the caller then polls without one).  Cancellation raises.  One place in the queue
     for the whole wait."""
     ticket = slots.request(tenant)
@@ -156,7 +204,10 @@ def take_slot(slots: FairSlots, deadline: datetime, details: Any, tenant: str = 
                 raise CancelledError("cancelled while waiting for a poll slot")
             if seconds_left(deadline) <= 0:
                 return ticket.cancel()
-            heartbeat(details)
+            if details is None:
+                heartbeat()  # no poll ended yet: the details already beaten are kept
+            else:
+                heartbeat(details)
     except BaseException:
         if ticket.cancel():
             slots.release(tenant)

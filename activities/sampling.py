@@ -13,6 +13,7 @@ kubelet and a process start on the node."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ from activities.metrics import count_exec_read
 from activities.oneshot import (
     EXEC_TIMEOUT_S,
     command,
+    quiet_command,
     valid_path,
     valid_port,
     valid_scheme,
@@ -31,7 +33,14 @@ from kube.errors import KubeError
 from kube.members import MemberGone, read_member
 from retirement.models import MemberTarget, Target
 from retirement.names import ENGINE_CONTAINER
-from retirement.readings import Sample, parse_oneshot_reads, series_for, unknown
+from retirement.readings import (
+    QuietReads,
+    Sample,
+    parse_oneshot_reads,
+    parse_quiet_output,
+    series_for,
+    unknown,
+)
 
 OUTPUT_CAP = 64 * 1024
 
@@ -253,6 +262,85 @@ def wait_for_idle(
     if head == "#idle" and "\n" not in rest:
         return Waited(idle=True, said=f"idle after {rest[:12]} s")
     return Waited(idle=False, said=line[:200] or "wait said nothing")
+
+
+def quiet_window_read(
+    api: KubeApi,
+    target: Target,
+    m: MemberTarget,
+    *,
+    wait_s: float,
+    window_s: float,
+    slots: FairSlots,
+    tick: Callable[[], None] | None = None,
+) -> QuietReads | None:
+    """A whole router-less quiet window of one member with the exact count, in one exec
+    (``activities.oneshot.quiet_command``): wait up to ``wait_s`` for its count to read 0,
+    read, keep ``window_s``, read again; both reads bound to the admitted container by the
+    identity read before and after the exec, as every read is.  None when it cannot be
+    made this way (no exact count, a member never started, its metrics annotations
+    refused, a window over ``MAX_WINDOW_S``, or no wait slot free now: the exec holds one
+    for its whole wait and window, and never queues for it); the caller then reads the
+    window's two ends as before.  ``tick`` runs at least once a second meanwhile (the
+    caller's heartbeat).  Raises Replaced on a definite identity fault."""
+    if not m.exact_load or not m.container_id:
+        return None
+    series = series_for(target.engine, target.engine_version)
+    if series is None:
+        return None
+    # As the one-shot is told them (milliseconds): the wait never longer than asked (the
+    # exec's bound covers it), the window never shorter.
+    wait_s, window_s = math.floor(wait_s * 1000) / 1000, math.ceil(window_s * 1000) / 1000
+    try:
+        port = valid_port(None if m.metrics_port is None else str(m.metrics_port))
+        argv = quiet_command(
+            port=port,
+            scheme=valid_scheme(m.metrics_scheme),
+            path=valid_path(m.metrics_path),
+            names=series.all,
+            wait_s=wait_s,
+            window_s=window_s,
+        )
+    except ValueError:
+        return None
+
+    def broken(reason: str) -> QuietReads:
+        return QuietReads(reads=(unknown(reason), unknown(reason)))
+
+    if not slots.acquire(0.0, target.namespace):
+        return None
+    try:
+        try:
+            before = identity(api, target, m)
+        except KubeError as e:
+            return broken(f"read Pod failed: {_http(e)}")
+        if before.container_id != m.container_id or before.restart_count != m.restart_count:
+            return broken("container main restarted since admission")
+        result = api.exec_pod(
+            namespace=target.namespace,
+            name=m.pod,
+            container=ENGINE_CONTAINER,
+            argv=argv,
+            timeout_s=wait_s + window_s + EXEC_TIMEOUT_S,
+            output_cap=OUTPUT_CAP,
+            tick=tick,
+        )
+    finally:
+        slots.release(target.namespace)
+    count_exec_read(failed=bool(result.error) or result.exit_code not in (0, None))
+    try:
+        after = identity(api, target, m)
+    except KubeError as e:
+        return broken(f"read Pod failed: {_http(e)}")
+    if after != before:
+        return broken("container main changed during the read")
+    if result.error:
+        return broken(result.error)
+    if result.exit_code not in (0, None):
+        return broken(f"one-shot exited {result.exit_code}")
+    return parse_quiet_output(
+        engine=target.engine, stdout=result.stdout, version=target.engine_version
+    )
 
 
 def _http(e: KubeError) -> str:

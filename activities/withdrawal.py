@@ -10,12 +10,15 @@ from __future__ import annotations
 import time
 
 import httpx
+from temporalio import activity
+from temporalio.exceptions import CancelledError
 
 from activities.fairslots import FairSlots, WorkerSlots
 from activities.fencing import fence, heartbeat
 from activities.idle_wait import IdleWait
 from activities.labels_off import labels_still_off
-from activities.polling import poll_until, resumed, seconds_left
+from activities.oneshot import EXEC_TIMEOUT_S, MAX_WAIT_S, MAX_WINDOW_S
+from activities.polling import poll_until, resumed, seconds_left, slot_lent
 from activities.routers import (
     TIMEOUT_S,
     Generations,
@@ -23,7 +26,7 @@ from activities.routers import (
     worker_host,
 )
 from activities.routing import read_router, router_pods, services_listing
-from activities.sampling import Replaced, sample_member, wait_slots
+from activities.sampling import Replaced, quiet_window_read, sample_member, wait_slots
 from kube.api import KubeApi
 from kube.errors import KubeError
 from kube.members import MemberGone, read_member
@@ -38,7 +41,7 @@ from retirement.models import (
     WithdrawProgress,
 )
 from retirement.phases import Verdict
-from retirement.quiet import QuietDecision, QuietWindow, decide, ends_reads
+from retirement.quiet import QuietDecision, QuietWindow, decide, decide_in_one, ends_reads
 from retirement.readings import Sample
 
 #: The reading under which withdrawal reports the router removals it asked for.
@@ -164,10 +167,6 @@ class WithdrawPolls:
         readings: dict[str, str] = {}
         targets = self.addresses()
         heartbeat()
-        services = services_listing(api, target, targets)
-        for name, listed in services.items():
-            readings[f"service/{name}"] = f"still lists {', '.join(listed)}"
-        heartbeat()
         routers = router_pods(api, target)
         self.routerless = not routers and not target.router
         pending: list[str] = []
@@ -175,12 +174,23 @@ class WithdrawPolls:
             if target.router:
                 pending.append(f"router {target.router} declared but no router Pod found")
             else:
-                decided, self.holding = _routerless(api, self.inp, self.quiet, self.execs)
+                decided, self.holding = self._routerless()
                 self.quiet, self.strained = decided.window, self.strained or decided.strained
                 verdict, why = decided.verdict, decided.reason
+                if verdict is Verdict.VERIFIED:
+                    # The window's reads took seconds (a whole window, in one exec): the
+                    # verdict rests on the router Pods (and Services, below) listed after.
+                    heartbeat()
+                    routers = router_pods(api, target)
+                    if routers:
+                        verdict, why = Verdict.UNKNOWN, "a router Pod appeared in the window"
                 readings["routers"] = why
                 if verdict is not Verdict.VERIFIED:
                     pending.append(why)
+        heartbeat()
+        services = services_listing(api, target, targets)
+        for name, listed in services.items():
+            readings[f"service/{name}"] = f"still lists {', '.join(listed)}"
         for pod in routers:
             ended = self._router(pod, targets, readings, pending)
             if ended is not None:
@@ -252,7 +262,7 @@ class WithdrawPolls:
         holding, self.holding = self.holding, None
         if not self.routerless:
             self.idle_wait.plan(None, 0.0)
-            return min(inp.poll_interval_s, FIRST_REPOLL_S * 2.0 ** (self.polls - 1))
+            return min(inp.poll_interval_s, FIRST_REPOLL_S * 2.0 ** min(self.polls - 1, 30))
         if holding is not None and not self.strained:
             # Waiting in the container ends as soon as the count reads 0, so a long wait
             # costs no time: it only spares execs while the member stays busy.
@@ -284,20 +294,68 @@ class WithdrawPolls:
             self.spacing = max(self.spacing, until_end)
         return self.spacing
 
+    def _routerless(self) -> tuple[QuietDecision, MemberTarget | None]:
+        """The router-less policy: hold (default), or a quiet window of unmoving counters
+        (``retirement.quiet``).  A single measured member with the exact count keeps the
+        whole window in one exec, its poll slot lent meanwhile (``_window_in_one``); else
+        the measured members are read in order until one read decides the poll on its own.
+        Also the member whose complete read held requests (its exact count above 0), if
+        one did: the next pause may wait for it."""
+        inp = self.inp
+        if inp.routerless_policy is RouterlessPolicy.HOLD:
+            return QuietDecision(
+                self.quiet,
+                Verdict.UNKNOWN,
+                "router-less: nothing reports that client connections went quiet (policy hold)",
+            ), None
+        decided = self._window_in_one()
+        if decided is not None:
+            return decided, None
+        return _read_window_ends(self.api, inp, self.quiet, self.execs)
 
-def _routerless(
+    def _window_in_one(self) -> QuietDecision | None:
+        """The whole quiet window in one exec (``activities.sampling.quiet_window_read``):
+        it waits in the container for the count to read 0 (up to what the budget leaves
+        after a window and an exec's bound), then keeps the window; None when it cannot
+        (not one measured member with the exact count, too little budget left, a window
+        too long for one exec, no wait slot free)."""
+        inp = self.inp
+        measured = [m for m in inp.target.members if m.measured]
+        if len(measured) != 1 or not measured[0].exact_load:
+            return None
+        m = measured[0]
+        room = seconds_left(inp.deadline) - inp.quiet_window_s - EXEC_TIMEOUT_S
+        if room < 0 or not 0 < inp.quiet_window_s <= MAX_WINDOW_S:
+            return None
+
+        def tick() -> None:
+            if activity.in_activity() and activity.is_cancelled():
+                raise CancelledError("cancelled while keeping the quiet window")
+            heartbeat()
+
+        try:
+            with slot_lent():
+                seen = quiet_window_read(
+                    self.api,
+                    inp.target,
+                    m,
+                    wait_s=min(room, MAX_WAIT_S),
+                    window_s=inp.quiet_window_s,
+                    slots=self.idle_wait.slots,
+                    tick=tick,
+                )
+        except Replaced as e:
+            return QuietDecision(QuietWindow(), Verdict.UNKNOWN, f"router-less: member {e}")
+        if seen is None:
+            return None
+        return decide_in_one(m.pod, seen, window_s=inp.quiet_window_s)
+
+
+def _read_window_ends(
     api: KubeApi, inp: PhaseInput, window: QuietWindow, execs: FairSlots | None
 ) -> tuple[QuietDecision, MemberTarget | None]:
-    """The router-less policy: hold (default), or a quiet window of unmoving counters
-    (``retirement.quiet``): the measured members are read in order until one read decides
-    the poll on its own.  Also the member whose complete read held requests (its exact
-    count above 0), if one did: the next pause may wait for it."""
-    if inp.routerless_policy is RouterlessPolicy.HOLD:
-        return QuietDecision(
-            window,
-            Verdict.UNKNOWN,
-            "router-less: nothing reports that client connections went quiet (policy hold)",
-        ), None
+    """The quiet window read at its ends, one exec per member and poll: the measured
+    members are read in order until one read decides the poll on its own."""
     target = inp.target
     reads: list[tuple[str, Sample]] = []
     holding: MemberTarget | None = None

@@ -17,6 +17,12 @@ kept from the previous poll; it gets back the window to keep, the verdict and wh
 - A member whose HTTP front end holds requests (the exact count, ``GET /load``) is not
   quiet, whatever its counters: the window is dropped.
 - Counters other than the window's start it again, now.
+
+A member with the exact count, read alone, keeps its whole window in one exec
+(``decide_in_one``): the one-shot waits for the count to read 0, reads, keeps the window on
+the container's own monotonic clock and reads again.  The window holds when both reads
+are complete, the count 0 at both, the counters equal, and the reads at least the window
+apart; any other outcome starts nothing (the next poll runs a whole window again).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from retirement.phases import Verdict
-from retirement.readings import Sample
+from retirement.readings import QuietReads, Sample
 
 
 @dataclass(frozen=True)
@@ -80,4 +86,35 @@ def decide(
         )
     return QuietDecision(
         window, Verdict.UNKNOWN, f"router-less: quiet for {quiet_s:.0f} s of {window_s:g}"
+    )
+
+
+def decide_in_one(pod: str, seen: QuietReads, *, window_s: float) -> QuietDecision:
+    """The decision on a whole window read in one exec of member ``pod`` (``seen``)."""
+    none = QuietWindow()
+    if seen.busy is not None:
+        return QuietDecision(
+            none, Verdict.UNKNOWN, f"router-less: {pod} holds {seen.busy} request(s) (GET /load)"
+        )
+    for s in seen.reads:
+        if not s.complete:
+            return QuietDecision(none, Verdict.UNKNOWN, f"router-less: {pod} {s.reason}", True)
+    first, second = seen.reads
+    if first.exact or second.exact:
+        held = max(first.exact or 0, second.exact or 0)
+        return QuietDecision(
+            none, Verdict.UNKNOWN, f"router-less: {pod} holds {held} request(s) (GET /load)"
+        )
+    if first.counters != second.counters:
+        return QuietDecision(
+            none, Verdict.UNKNOWN, f"router-less: {pod} counters moved in the quiet window"
+        )
+    if seen.apart_s < window_s:
+        return QuietDecision(
+            none,
+            Verdict.UNKNOWN,
+            f"router-less: {pod} read {seen.apart_s:.1f} s apart, under the {window_s:g} s window",
+        )
+    return QuietDecision(
+        none, Verdict.VERIFIED, f"router-less: counters quiet for {seen.apart_s:.0f} s"
     )

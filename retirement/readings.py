@@ -229,3 +229,57 @@ def parse_oneshot_output(
         counters=tuple(values[n] for n in series.counters),
         exact=count,
     )
+
+
+@dataclass(frozen=True)
+class QuietReads:
+    """What the ``quiet`` one-shot saw (``activities.oneshot.quiet_command``): ``busy``, the
+    engine's count when it stayed above 0 for the whole wait (no read was made); else its
+    two reads, ``apart_s`` seconds apart on the container's own clock (from the end of the
+    first to the start of the second), each UNKNOWN when it was not made or is unreadable."""
+
+    busy: int | None = None
+    reads: tuple[Sample, Sample] = (unknown("not read"), unknown("not read"))
+    apart_s: float = 0.0
+
+
+#: The seconds the ``quiet`` one-shot prints (``%.3f``).
+_SECONDS = re.compile(r"[0-9]{1,6}\.[0-9]{3}")
+
+
+def parse_quiet_output(*, engine: str, stdout: str, version: str = "") -> QuietReads:
+    """Judge the ``quiet`` one-shot's output: ``#busy<TAB>N`` alone; or ``#waited<TAB>s``,
+    the first read's block, ``#apart<TAB>s``, the second read's block.  Anything else makes
+    both reads UNKNOWN (a block cut short only its own read and the one after it)."""
+    lines = [line for line in stdout.split("\n") if line]
+
+    def broken(reason: str) -> QuietReads:
+        return QuietReads(reads=(unknown(reason), unknown(reason)))
+
+    if not lines:
+        return broken("quiet read said nothing")
+    head, _, value = lines[0].partition("\t")
+    if head == "#busy":
+        if len(lines) != 1 or not _COUNT.fullmatch(value):
+            return broken(f"malformed busy line {lines[0][:80]!r}")
+        return QuietReads(busy=int(value))
+    if head == "#error":
+        return broken(f"read failed: {value[:200] or 'no reason'}")
+    if head != "#waited" or not _SECONDS.fullmatch(value):
+        return broken(f"malformed first line {lines[0][:80]!r}")
+    rest = lines[1:]
+    apart_at = [i for i, line in enumerate(rest) if line.startswith("#apart\t")]
+    if not apart_at:  # the first read failed or was cut: the second was never made
+        first = parse_oneshot_output(
+            engine=engine, stdout="\n".join(rest), version=version, exact=True
+        )
+        return QuietReads(reads=(first, unknown("second read not made")))
+    i = apart_at[0]
+    apart = rest[i].partition("\t")[2]
+    if len(apart_at) > 1 or i == 0 or rest[i - 1] != "#end" or not _SECONDS.fullmatch(apart):
+        return broken("malformed quiet read (its #apart line)")
+    first, second = (
+        parse_oneshot_output(engine=engine, stdout="\n".join(block), version=version, exact=True)
+        for block in (rest[:i], rest[i + 1 :])
+    )
+    return QuietReads(reads=(first, second), apart_s=float(apart))

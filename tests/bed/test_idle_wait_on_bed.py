@@ -1,12 +1,13 @@
-"""Waiting for idle through the real API server and kwok (issue 18, ``activities.idle_wait``):
-a router-less vLLM replica with ``--enable-server-load-tracking`` holds four requests sent
-straight to it when its retirement starts; the quiet window cannot start while ``GET /load``
-counts them, so the worker waits in the container, and the requests must all finish, whole,
-before the Pod's delete begins.
+"""Waiting for idle through the real API server and kwok (issue 18): a router-less vLLM
+replica with ``--enable-server-load-tracking`` holds four requests sent straight to it when
+its retirement starts; the quiet window cannot start while ``GET /load`` counts them, so the
+worker waits in the container (the whole window in one exec, ``quiet`` mode), and the
+requests must all finish, whole, before the Pod's delete begins.  And a client that keeps
+sending short requests while the window runs keeps it from ending until it stops.
 
 Judged by evidence the product does not write: the clients' own answers, a witness reading
 the Pod, and the API server's audit log (each ``pods/exec`` with its command: the wait
-one-shot's execs are told from the reads' by their script)."""
+one-shot's and the one-exec window's execs are told from the reads' by their command)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ REQUEST_S = 8.0
 
 
 def execs_into(ctx: Ctx, pod: str) -> list[str]:
-    """ "wait" or "read" for every ``pods/exec`` into ``pod`` in the audit log, in order."""
+    """ "wait", "quiet" (a whole window in one exec) or "read" for every ``pods/exec`` into
+    ``pod`` in the audit log, in order."""
     found = []
     for line in ctx.bed.cp.audit_log.read_text().splitlines():
         ev = json.loads(line)
@@ -39,7 +41,13 @@ def execs_into(ctx: Ctx, pod: str) -> list[str]:
         if ref.get("namespace") != ctx.ns or ev.get("stage") != "ResponseStarted":
             continue
         command = parse_qs(urlsplit(ev["requestURI"]).query).get("command", [])
-        kind = "wait" if WAIT_SCRIPT in command else "read" if SCRIPT in command else "?"
+        kind = (
+            "wait"
+            if WAIT_SCRIPT in command
+            else ("quiet" if "quiet" in command else "read")
+            if SCRIPT in command
+            else "?"
+        )
         found.append(kind)
     return found
 
@@ -73,11 +81,54 @@ async def test_a_busy_router_less_replica_is_waited_for_in_its_container(ctx: Ct
     await asyncio.sleep(1)  # the audit log is written behind
     kinds = execs_into(ctx, victim.metadata.name)
     assert "?" not in kinds, kinds
-    assert "wait" in kinds, f"the busy replica was never waited for: {kinds}"
     # While the four requests ran (8 s), a read each second would be ~8 reads before the
-    # first idle one; waiting, the reads before idle are the first and one per wait.
-    first_idle_read = len(kinds) - kinds[::-1].index("wait")
-    assert kinds[:first_idle_read].count("read") <= kinds.count("wait") + 1, kinds
+    # first idle one; the withdrawal waited for them and kept its window in one exec.
+    assert kinds[0] == "quiet" and kinds.count("quiet") == 1, kinds
+    assert "read" in kinds[1:], f"the drain never read: {kinds}"
     print(
         f"execs {kinds}; delete began {witness.deleting - ended:.2f} s after the last request ended"
     )
+
+
+async def test_requests_during_the_quiet_window_keep_it_from_ending(ctx: Ctx) -> None:
+    """A client sends a short request (0.4 s) every 0.8 s for 8 s, from before the
+    retirement starts; with a 2 s window, no window holds while it sends.  The retirement
+    completes after it stopped, and no request was cut."""
+    name = "vquiet"
+    victim = await deploy_engine(
+        ctx, name, engine="vLLM", args=["--enable-server-load-tracking"], request_seconds=0.4
+    )
+    url = f"http://{victim.status.pod_ip}:8000/v1/completions"
+    body = {"model": "emulated", "prompt": "p", "max_tokens": 8}
+    sent: list[Straggler] = []
+
+    async def keep_sending() -> None:
+        end = asyncio.get_running_loop().time() + 8.0
+        while asyncio.get_running_loop().time() < end:
+            c = Straggler(url, body)
+            c.start()
+            sent.append(c)
+            await asyncio.sleep(0.8)
+
+    sender = asyncio.create_task(keep_sending())
+    await asyncio.sleep(0.5)
+    witness = Witness(ctx, victim, set)
+    witness.start()
+    handle = await retire_routerless(ctx, name, budgets=BUDGETS, quiet_s=2.0)
+    await sender
+    st = await handle.result()
+    for c in sent:
+        await asyncio.to_thread(c.join, 30)
+    assert st.outcome is Outcome.COMPLETED, st.reasons
+    assert len(sent) >= 9 and all(c.status == 200 for c in sent), [
+        (c.status, c.error) for c in sent
+    ]
+    await asyncio.to_thread(witness.join, 10)
+    last = max(c.ended_at or 0.0 for c in sent)
+    assert witness.deleting is not None and last < witness.deleting, "deleted in flight"
+    # The window cannot have held before the client stopped, 2 s of quiet before the end.
+    assert witness.deleting - last >= 1.9, witness.deleting - last
+    await asyncio.sleep(1)
+    kinds = execs_into(ctx, victim.metadata.name)
+    assert "?" not in kinds and kinds.count("quiet") >= 2, kinds
+    print(f"execs {kinds}; delete began {witness.deleting - last:.2f} s after the last request")

@@ -67,9 +67,16 @@ def drain(kube: FakeKube, target: Target, slots: WorkerSlots | None = None) -> O
 
 
 def withdraw(
-    kube: FakeKube, target: Target, *, interval: float = 1.0, window: float = 0.0
+    kube: FakeKube,
+    target: Target,
+    *,
+    interval: float = 1.0,
+    window: float = 0.0,
+    slots: WorkerSlots | None = None,
 ) -> Observation:
-    """The withdrawal activity of a router-less replica under the quiet-window policy."""
+    """The withdrawal activity of a router-less replica under the quiet-window policy (a
+    zero window, or no wait slot free: the window is read at its ends, each end an exec;
+    ``tests/offline/test_quiet_in_one_exec.py`` keeps it in one)."""
     inp = PhaseInput(
         target=target,
         deadline=datetime.now(UTC) + timedelta(seconds=240),
@@ -77,7 +84,7 @@ def withdraw(
         routerless_policy=RouterlessPolicy.QUIET_WINDOW,
         quiet_window_s=window,
     )
-    obs: Observation = recording_env([]).run(RetirementActivities(kube).withdraw, inp)
+    obs: Observation = recording_env([]).run(RetirementActivities(kube, slots=slots).withdraw, inp)
     return obs
 
 
@@ -233,7 +240,10 @@ def test_a_running_quiet_window_of_exact_members_is_read_again_when_it_can_end(
     kube, target = admitted(victim(args=FLAG), sibling())
     engine = Engine(0)
     kube.script_exec("llm-1", engine)
-    obs = withdraw(kube, target, interval=0.1, window=0.6)
+    # No wait slot free: the window is read at its ends.
+    slots = WorkerSlots(execs=FairSlots(4), polls=FairSlots(4), waits=FairSlots(1))
+    assert slots.waits.acquire(0.0, "other")
+    obs = withdraw(kube, target, interval=0.1, window=0.6, slots=slots)
     assert obs.verdict is Verdict.VERIFIED, obs.reason
     assert engine.seen == ["read", "read"], engine.seen
     assert len(slept) == 1 and 0.5 < slept[0] <= 0.6, slept
