@@ -295,10 +295,18 @@ def picture(r: dict[str, Any], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench idle", description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=5, help="retirements per router kind")
-    p.add_argument("--routers", default=",".join([*sorted(ROUTERS), ROUTERLESS]))
+    known = [*sorted(ROUTERS), ROUTERLESS]
+    p.add_argument(
+        "--routers", default=",".join(known), help=f"comma-separated, of: {', '.join(known)}"
+    )
     p.add_argument("--plain", action="store_true", help="engines without the exact count")
     args = p.parse_args(argv)
     kinds = [k for k in args.routers.split(",") if k]
+    unknown = [k for k in kinds if k not in known]
+    if unknown or not kinds:
+        p.error(
+            f"--routers: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(known)}"
+        )
     r = asyncio.run(run(args.runs, kinds, not args.plain))
     report(r)
     picture(r, RESULTS / ("idle.png" if not args.plain else "idle_plain.png"))
