@@ -117,7 +117,8 @@ def slot_lent() -> Iterator[None]:
     """Inside a poll: give its poll slot back for the duration of a long wait that holds no
     decoded answers (an exec keeping a quiet window), and take one again after it, waiting
     and heartbeating as between polls (at the deadline the poll goes on without one).  Not
-    taken again when the wait raised (the poll loop ends).  Outside a poll loop, or in a
+    taken again when the wait raised (the exception ends the poll: the caller lets it
+    through, as a cancel or a failed read of the world must).  Outside a poll loop, or in a
     poll that holds no slot, there is nothing to give back.  Either way the time lent is
     not counted as the poll's own (``backpressure``): it is a wait, not a sign of load."""
     turn: _Turn | None = getattr(_turns, "turn", None)
@@ -128,8 +129,10 @@ def slot_lent() -> Iterator[None]:
     if held:
         turn.slots.release(turn.tenant)
     began = time.monotonic()
-    yield
-    turn.lent_s += time.monotonic() - began
+    try:
+        yield
+    finally:
+        turn.lent_s += time.monotonic() - began
     if held:
         turn.held = take_slot(turn.slots, turn.deadline, turn.details, turn.tenant)
 

@@ -9,12 +9,15 @@ Every exec is counted (``activities.metrics``), so a fleet's cost can be reporte
 A worker runs at most ``WorkerSlots.execs.size`` execs at once (``FairSlots``), whatever the
 number of retirements it carries: the drain and router-less withdrawal reads of many
 retirements started together arrive together, and each exec costs the API server, the
-kubelet and a process start on the node."""
+kubelet and a process start on the node.  The execs that mostly sleep in the container
+(a wait for idle, a quiet window kept in one exec) hold a wait slot instead
+(``WorkerSlots.waits``), never queued for."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from activities.fairslots import DEFAULT_WAIT_SLOTS, FairSlots
@@ -273,6 +276,7 @@ def quiet_window_read(
     window_s: float,
     slots: FairSlots,
     tick: Callable[[], None] | None = None,
+    lend: Callable[[], AbstractContextManager[None]] = nullcontext,
 ) -> QuietReads | None:
     """A whole router-less quiet window of one member with the exact count, in one exec
     (``activities.oneshot.quiet_command``): wait up to ``wait_s`` for its count to read 0,
@@ -282,7 +286,10 @@ def quiet_window_read(
     refused, a window over ``MAX_WINDOW_S``, or no wait slot free now: the exec holds one
     for its whole wait and window, and never queues for it); the caller then reads the
     window's two ends as before.  ``tick`` runs at least once a second meanwhile (the
-    caller's heartbeat).  Raises Replaced on a definite identity fault."""
+    caller's heartbeat); ``lend`` is entered around the exec alone (the caller's poll
+    slot is lent while it runs: ``activities.polling.slot_lent``).  The exec takes a wait
+    slot, not an exec slot: it is mostly a sleeping process, as a wait is.  Raises
+    Replaced on a definite identity fault."""
     if not m.exact_load or not m.container_id:
         return None
     series = series_for(target.engine, target.engine_version)
@@ -316,15 +323,16 @@ def quiet_window_read(
             return broken(f"read Pod failed: {_http(e)}")
         if before.container_id != m.container_id or before.restart_count != m.restart_count:
             return broken("container main restarted since admission")
-        result = api.exec_pod(
-            namespace=target.namespace,
-            name=m.pod,
-            container=ENGINE_CONTAINER,
-            argv=argv,
-            timeout_s=wait_s + window_s + EXEC_TIMEOUT_S,
-            output_cap=OUTPUT_CAP,
-            tick=tick,
-        )
+        with lend():
+            result = api.exec_pod(
+                namespace=target.namespace,
+                name=m.pod,
+                container=ENGINE_CONTAINER,
+                argv=argv,
+                timeout_s=wait_s + window_s + EXEC_TIMEOUT_S,
+                output_cap=OUTPUT_CAP,
+                tick=tick,
+            )
     finally:
         slots.release(target.namespace)
     count_exec_read(failed=bool(result.error) or result.exit_code not in (0, None))

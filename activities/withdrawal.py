@@ -46,6 +46,9 @@ from retirement.readings import Sample
 
 #: The reading under which withdrawal reports the router removals it asked for.
 REMOVALS_READING = "routers/removal-requested"
+#: What a window kept in one exec leaves of the budget after its exec's bound: the
+#: identity read after it, the poll slot taken back, the router Pods and Services listed.
+AFTER_EXEC_S = 3.0
 #: The first re-poll comes this soon; each later one twice as late, up to the poll
 #: interval (measured on the bed: vllm-router 0.1.17 drops a de-labelled Pod in ~0.2 s,
 #: smg marks it draining in ~1 s, the SGLang gateway removes a worker asked to at once).
@@ -147,6 +150,9 @@ class WithdrawPolls:
         self.idle_wait = IdleWait(api, inp.target, wait_slots() if waits is None else waits)
         measured = [m for m in inp.target.members if m.measured]
         self.exact = bool(measured) and all(m.exact_load for m in measured)
+        #: A window kept in one exec failed to be read: the rest of the attempt reads
+        #: the window's ends instead (``_window_in_one``).
+        self.in_one_failed = False
 
     def details(self, obs: Observation) -> WithdrawProgress:
         return WithdrawProgress(polls=obs.polls, removal_requested=sorted(self.requested), last=obs)
@@ -324,8 +330,8 @@ class WithdrawPolls:
         if len(measured) != 1 or not measured[0].exact_load:
             return None
         m = measured[0]
-        room = seconds_left(inp.deadline) - inp.quiet_window_s - EXEC_TIMEOUT_S
-        if room < 0 or not 0 < inp.quiet_window_s <= MAX_WINDOW_S:
+        room = seconds_left(inp.deadline) - inp.quiet_window_s - EXEC_TIMEOUT_S - AFTER_EXEC_S
+        if room < 0 or not 0 < inp.quiet_window_s <= MAX_WINDOW_S or self.in_one_failed:
             return None
 
         def tick() -> None:
@@ -334,21 +340,26 @@ class WithdrawPolls:
             heartbeat()
 
         try:
-            with slot_lent():
-                seen = quiet_window_read(
-                    self.api,
-                    inp.target,
-                    m,
-                    wait_s=min(room, MAX_WAIT_S),
-                    window_s=inp.quiet_window_s,
-                    slots=self.idle_wait.slots,
-                    tick=tick,
-                )
+            seen = quiet_window_read(
+                self.api,
+                inp.target,
+                m,
+                wait_s=min(room, MAX_WAIT_S),
+                window_s=inp.quiet_window_s,
+                slots=self.idle_wait.slots,
+                tick=tick,
+                lend=slot_lent,
+            )
         except Replaced as e:
             return QuietDecision(QuietWindow(), Verdict.UNKNOWN, f"router-less: member {e}")
         if seen is None:
             return None
-        return decide_in_one(m.pod, seen, window_s=inp.quiet_window_s)
+        decided = decide_in_one(m.pod, seen, window_s=inp.quiet_window_s)
+        # A read that failed (an exec cut, timed out, refused): the long exec may be what
+        # fails here (a proxy dropping quiet streams), so the rest of this attempt reads
+        # the window's ends, each a short exec.
+        self.in_one_failed = decided.strained
+        return decided
 
 
 def _read_window_ends(

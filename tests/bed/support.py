@@ -299,6 +299,8 @@ class Straggler(threading.Thread):
         self._url, self._body = url, body
         self.status: int | None = None
         self.ended_at: float | None = None
+        #: The same moment on the wall clock (to compare with a retirement's timeline).
+        self.ended_wall: float | None = None
         self.error = ""
 
     def run(self) -> None:
@@ -307,7 +309,7 @@ class Straggler(threading.Thread):
                 self.status = http.post(self._url, json=self._body).status_code
         except httpx.HTTPError as e:
             self.error = type(e).__name__
-        self.ended_at = time.monotonic()
+        self.ended_at, self.ended_wall = time.monotonic(), time.time()
 
 
 # ---------------------------------------------------------------- the watcher as a process
