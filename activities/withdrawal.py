@@ -322,9 +322,10 @@ class WithdrawPolls:
     def _window_in_one(self) -> QuietDecision | None:
         """The whole quiet window in one exec (``activities.sampling.quiet_window_read``):
         it waits in the container for the count to read 0 (up to what the budget leaves
-        after a window and an exec's bound), then keeps the window; None when it cannot
-        (not one measured member with the exact count, too little budget left, a window
-        too long for one exec, no wait slot free)."""
+        after the window, an exec's bound and ``AFTER_EXEC_S``), then keeps the window;
+        None when it cannot (not one measured member with the exact count, too little
+        budget left, a window too long for one exec, no wait slot free, or such an exec
+        failed to be read earlier in this attempt)."""
         inp = self.inp
         measured = [m for m in inp.target.members if m.measured]
         if len(measured) != 1 or not measured[0].exact_load:
