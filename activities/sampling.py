@@ -190,14 +190,9 @@ def sample_member_reads(
     if before.container_id != m.container_id or before.restart_count != m.restart_count:
         return all_unknown("container main restarted since admission")
     stdout, error = exec_oneshot(api, target, m, twice=twice, slots=slots)
-    try:
-        after = identity(api, target, m)
-    except KubeError as e:
-        return all_unknown(f"read Pod failed: {_http(e)}")
-    if after != before:
-        return all_unknown("container main changed during the read")
-    if error:
-        return all_unknown(error)
+    changed = _changed_after(api, target, m, before)
+    if changed or error:
+        return all_unknown(changed or error)
     return parse_oneshot_reads(
         engine=target.engine,
         stdout=stdout,
@@ -336,12 +331,9 @@ def quiet_window_read(
     finally:
         slots.release(target.namespace)
     count_exec_read(failed=bool(result.error) or result.exit_code not in (0, None))
-    try:
-        after = identity(api, target, m)
-    except KubeError as e:
-        return broken(f"read Pod failed: {_http(e)}")
-    if after != before:
-        return broken("container main changed during the read")
+    changed = _changed_after(api, target, m, before)
+    if changed:
+        return broken(changed)
     if result.error:
         return broken(result.error)
     if result.exit_code not in (0, None):
@@ -349,6 +341,16 @@ def quiet_window_read(
     return parse_quiet_output(
         engine=target.engine, stdout=result.stdout, version=target.engine_version
     )
+
+
+def _changed_after(api: KubeApi, target: Target, m: MemberTarget, before: Identity) -> str:
+    """Read after an exec: why its output is not bound to the container it began in ("" when
+    it is: the same Pod and container, not restarted).  Raises Replaced."""
+    try:
+        after = identity(api, target, m)
+    except KubeError as e:
+        return f"read Pod failed: {_http(e)}"
+    return "" if after == before else "container main changed during the read"
 
 
 def _http(e: KubeError) -> str:

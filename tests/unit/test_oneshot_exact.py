@@ -7,16 +7,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from activities.oneshot import TWICE_SPACING_S, command
 from retirement.readings import SERIES, parse_oneshot_output, parse_oneshot_reads
 from tests.helpers.fake_kube import oneshot_stdout
+from tests.helpers.loopback_http import loopback_http
 
 METRICS = "".join(f'{name}{{engine="0"}} 0.0\n' for name in SERIES["vLLM"].all).encode()
 
@@ -31,25 +30,12 @@ class Answers:
 def server() -> Iterator[tuple[int, Answers]]:
     answers = Answers()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            answers.paths.append(self.path)
-            status, body = (200, METRICS) if self.path == "/metrics" else answers.load
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def respond(path: str) -> tuple[int, bytes]:
+        answers.paths.append(path)
+        return (200, METRICS) if path == "/metrics" else answers.load
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield httpd.server_address[1], answers
-    finally:
-        httpd.shutdown()
+    with loopback_http(respond) as port:
+        yield port, answers
 
 
 def read(port: int) -> str:

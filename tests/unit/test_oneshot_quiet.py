@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -19,6 +17,7 @@ from activities.oneshot import MAX_WAIT_S, MAX_WINDOW_S, WAIT_POLL_S, quiet_comm
 from retirement.phases import Verdict
 from retirement.quiet import decide_in_one
 from retirement.readings import SERIES, QuietReads, parse_quiet_output
+from tests.helpers.loopback_http import loopback_http
 
 NAMES = SERIES["vLLM"].all
 COUNTERS = SERIES["vLLM"].counters
@@ -49,34 +48,19 @@ class Engine:
 def engine() -> Iterator[tuple[int, Engine]]:
     state = Engine()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            now = time.monotonic()
-            if self.path == "/metrics" and state.first_read is None:
-                state.first_read = now
-            if state.from_first_read:
-                t = 0.0 if state.first_read is None else now - state.first_read
-            else:
-                t = now - state.started
-            state.paths.append(self.path)
-            if self.path == "/metrics":
-                status, body = 200, metrics(state.finished(t))
-            else:
-                status, body = state.load(t)
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def respond(path: str) -> tuple[int, bytes]:
+        now = time.monotonic()
+        if path == "/metrics" and state.first_read is None:
+            state.first_read = now
+        if state.from_first_read:
+            t = 0.0 if state.first_read is None else now - state.first_read
+        else:
+            t = now - state.started
+        state.paths.append(path)
+        return (200, metrics(state.finished(t))) if path == "/metrics" else state.load(t)
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield httpd.server_address[1], state
-    finally:
-        httpd.shutdown()
+    with loopback_http(respond) as port:
+        yield port, state
 
 
 def run(port: int, *, wait_s: float, window_s: float) -> tuple[str, float]:

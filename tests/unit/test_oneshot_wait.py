@@ -9,14 +9,13 @@ import contextlib
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from activities.oneshot import MAX_WAIT_S, WAIT_POLL_S, wait_command
+from tests.helpers.loopback_http import loopback_http
 
 
 class Load:
@@ -32,24 +31,12 @@ class Load:
 def load() -> Iterator[tuple[int, Load]]:
     state = Load()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            state.paths.append(self.path)
-            status, body = state.answer(time.monotonic() - state.started)
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def respond(path: str) -> tuple[int, bytes]:
+        state.paths.append(path)
+        return state.answer(time.monotonic() - state.started)
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield httpd.server_address[1], state
-    finally:
-        httpd.shutdown()
+    with loopback_http(respond) as port:
+        yield port, state
 
 
 def wait(port: int, wait_s: float) -> tuple[str, float]:
