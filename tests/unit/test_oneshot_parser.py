@@ -128,12 +128,13 @@ def test_a_malformed_line_of_any_series_fails_the_whole_read(line: str) -> None:
 
 
 def test_the_one_shot_runs_on_the_standard_library_alone(vllm: EngineEmulator) -> None:
-    """``-I -S``: no site-packages, so ``prometheus_client`` cannot be imported; the
-    one-shot reads the emulated engine completely all the same."""
+    """``-I -S``, as the one-shot starts on the node: no site-packages, so
+    ``prometheus_client`` cannot be imported; the one-shot reads the emulated engine
+    completely all the same."""
     vllm.set_stale_gauges(2, 1)
     argv = command(port=vllm.metrics_port, scheme="http", path="/metrics", names=NAMES)
-    assert argv[1] == "-c"
-    argv[0:2] = [sys.executable, "-I", "-S", "-c"]
+    assert argv[:2] == ["python3", "-ISc"]  # isolated, no site, then the code
+    argv[0] = sys.executable
     out = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=True).stdout
     s = parse_oneshot_output(engine="vLLM", stdout=out)
     assert s.complete and s.in_flight == 3, out
