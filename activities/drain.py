@@ -17,6 +17,7 @@ import httpx
 
 from activities.fairslots import FairSlots, WorkerSlots
 from activities.fencing import heartbeat
+from activities.http_client import http_client
 from activities.idle_wait import IdleWait
 from activities.polling import poll_until, resumed, seconds_left
 from activities.recheck import still_withdrawn
@@ -49,7 +50,7 @@ def drain(api: KubeApi, inp: PhaseInput, *, slots: WorkerSlots | None = None) ->
     that read is recent (``retirement.drain.resume``).  The wait after each round is
     ``retirement.drain.next_read_in`` of that round's reads.  ``slots``: the worker's
     exec and poll slots (None: the process's default)."""
-    with httpx.Client(trust_env=False, timeout=RECHECK_HTTP_TIMEOUT_S) as http:
+    with http_client(timeout=RECHECK_HTTP_TIMEOUT_S) as http:
         rounds = DrainRounds(
             api,
             inp,

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 import httpx
 
 from activities.fencing import heartbeat
+from activities.http_client import http_client
 from activities.labels_off import labels_still_off
 from activities.recheck import still_withdrawn
 from activities.routers import TIMEOUT_S
@@ -61,7 +62,7 @@ def refusal(
     if vanished:
         return Observation(verdict=Verdict.FAILED, reason=vanished)
     heartbeat()
-    with httpx.Client(trust_env=False, timeout=TIMEOUT_S, transport=transport) as http:
+    with http_client(timeout=TIMEOUT_S, transport=transport) as http:
         check = still_withdrawn(api, inp.target, http)
     if check.verdict is Verdict.VERIFIED:
         return None

@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from activities.http_client import http_client
 from activities.routers.bounded import Answer, Overrun, call
 from activities.routers.view import canonical_ip, worker_url
 from retirement.models import MemberTarget, Target
@@ -56,10 +57,9 @@ def identity_probe(
         return f"identity probe not sent: the member's address {member.ip[:60]!r} is not an IP"
     rid = f"gpustack-qualify-{uuid.uuid4().hex[:16]}"
     base = worker_url(member.ip, member.serve_port)
-    extra: dict[str, Any] = {} if transport is None else {"transport": transport}
     try:
         probe = _vllm if target.engine == "vLLM" else _sglang
-        with httpx.Client(trust_env=False, timeout=PROBE_TIMEOUT_S, **extra) as http:
+        with http_client(timeout=PROBE_TIMEOUT_S, transport=transport) as http:
             ok = probe(http, base, rid)
     except _Refused as e:
         return f"identity probe refused: {e}"

@@ -17,6 +17,7 @@ import httpx
 
 from activities.fairslots import WorkerSlots
 from activities.fencing import fence, heartbeat
+from activities.http_client import http_client
 from activities.polling import poll_until
 from activities.probes import identity_probe, probes_supported
 from activities.routers import (
@@ -59,7 +60,7 @@ def restore(
     # Always at least one whole pass, however late the attempt starts (past its
     # deadline: one pass, then it ends): a late attempt that did nothing would read as
     # every member back.  What it could not confirm is reported held.
-    with httpx.Client(trust_env=False, timeout=TIMEOUT_S, transport=transport) as http:
+    with http_client(timeout=TIMEOUT_S, transport=transport) as http:
         passes = RestorePasses(api, inp, http)
         poll_until(
             deadline=inp.deadline,
@@ -132,7 +133,7 @@ class _Routers:
         if self._http is not None:
             return self._http
         if self._own is None:
-            self._own = httpx.Client(trust_env=False, timeout=TIMEOUT_S)
+            self._own = http_client(timeout=TIMEOUT_S)
         return self._own
 
     def pods(self) -> list[Pod]:

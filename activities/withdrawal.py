@@ -15,6 +15,7 @@ from temporalio.exceptions import CancelledError
 
 from activities.fairslots import FairSlots, WorkerSlots
 from activities.fencing import fence, heartbeat
+from activities.http_client import http_client
 from activities.idle_wait import IdleWait
 from activities.labels_off import labels_still_off
 from activities.oneshot import EXEC_TIMEOUT_S, MAX_WAIT_S, MAX_WINDOW_S
@@ -96,7 +97,7 @@ def withdraw(
 
     ``transport``: the HTTP transport of the router calls (tests answer them offline);
     ``slots``: the worker's exec and poll slots (None: the process's default)."""
-    with httpx.Client(trust_env=False, timeout=TIMEOUT_S, transport=transport) as http:
+    with http_client(timeout=TIMEOUT_S, transport=transport) as http:
         polls = WithdrawPolls(
             api,
             inp,

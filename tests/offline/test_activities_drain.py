@@ -138,7 +138,7 @@ def test_the_exec_runs_the_fixed_oneshot_in_main_bounded() -> None:
     call = kube.called("exec_pod")[0]
     assert call.args["argv"] == [
         "python3",
-        "-c",
+        "-ISc",
         SCRIPT,
         "8000",
         "http",
@@ -677,14 +677,14 @@ class Routers:
 
 @pytest.fixture
 def routers(monkeypatch: pytest.MonkeyPatch) -> Routers:
-    """Make the ``httpx.Client`` the drain opens answer through ``Routers``."""
+    """Make the HTTP client the drain opens answer through ``Routers``."""
     answers = Routers()
-    real = httpx.Client
+    real = drain_module.http_client
 
     def make(**kwargs: Any) -> httpx.Client:
-        return real(transport=httpx.MockTransport(answers.handle), **kwargs)
+        return real(**{**kwargs, "transport": httpx.MockTransport(answers.handle)})
 
-    monkeypatch.setattr(drain_module.httpx, "Client", make)
+    monkeypatch.setattr(drain_module, "http_client", make)
     return answers
 
 

@@ -18,6 +18,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from activities import RetirementActivities
+from activities.http_client import http_client
 from activities.labels import LABEL_ATTEMPTS
 from kube.errors import Forbidden, KubeError, Unavailable
 from kube.objects import Pod
@@ -482,7 +483,7 @@ def engines(
 ) -> Iterator[Callable[[Callable[[httpx.Request], httpx.Response]], list[httpx.Request]]]:
     """Answer the identity probes through an ``httpx.MockTransport`` (``identity_probe``
     opens its own client: no seam, so the class is replaced for the test)."""
-    real = httpx.Client
+    real = http_client
 
     def install(handler: Callable[[httpx.Request], httpx.Response]) -> list[httpx.Request]:
         log: list[httpx.Request] = []
@@ -492,7 +493,7 @@ def engines(
             return handler(request)
 
         monkeypatch.setattr(
-            "activities.probes.httpx.Client",
+            "activities.probes.http_client",
             lambda **kw: real(**{**kw, "transport": httpx.MockTransport(logged)}),
         )
         return log
