@@ -1,7 +1,8 @@
 """The body of every activity of ``RetirementActivities``: its module's function, with a
 classified Kubernetes error leaving as an ``ApplicationError`` (``activities.errors``)
 and, for every phase that acts on the target, under a claim of its attempt
-(``activities.fencing.held``).  ``slots``: the worker's exec and poll slots (None: the
+(``activities.fencing.held``), publishing the mirror's snapshots the phase carries
+alongside it (``activities.alongside``).  ``slots``: the worker's exec and poll slots (None: the
 process's default)."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from activities import labels as _labels
 from activities import publish as _publish
 from activities import restore as _restore
 from activities import withdrawal as _withdrawal
+from activities.alongside import alongside
 from activities.errors import application_errors
 from activities.fairslots import WorkerSlots
 from activities.fencing import held
@@ -44,8 +46,8 @@ def admit(api: KubeApi, inp: AdmitInput) -> Admission:
 
 def disqualify(api: KubeApi, inp: PhaseInput) -> Observation:
     """Remove the eligibility label from the admitted members."""
-    with application_errors(), held():
-        return _labels.disqualify(api, inp.target)
+    with application_errors(), held(), alongside(api, inp.mirror) as mirror:
+        return mirror.reported(_labels.disqualify(api, inp.target))
 
 
 def withdraw(
@@ -55,27 +57,33 @@ def withdraw(
     slots: WorkerSlots | None = None,
 ) -> Observation:
     """Poll Services and routers until the target is withdrawn."""
-    with application_errors(), held():
-        return _withdrawal.withdraw(api, inp, transport=transport, slots=slots)
+    with application_errors(), held(), alongside(api, inp.mirror) as mirror:
+        return mirror.reported(_withdrawal.withdraw(api, inp, transport=transport, slots=slots))
 
 
 def drain(api: KubeApi, inp: PhaseInput, slots: WorkerSlots | None = None) -> Observation:
     """Poll the measured members until drained."""
-    with application_errors(), held():
-        return _drain.drain(api, inp, slots=slots)
+    with application_errors(), held(), alongside(api, inp.mirror) as mirror:
+        return mirror.reported(_drain.drain(api, inp, slots=slots))
 
 
 def delete(api: KubeApi, inp: PhaseInput, transport: httpx.BaseTransport | None) -> DeleteResult:
     """Confirm everything once more, then delete the admitted Pods (UID preconditions)
     and the Workload if it is theirs; or refuse, touching nothing."""
-    with application_errors(retryable=FORBIDDEN_RETRIED), held():
-        return _deletion.delete(api, inp, retried=activity.info().attempt > 1, transport=transport)
+    with (
+        application_errors(retryable=FORBIDDEN_RETRIED),
+        held(),
+        alongside(api, inp.mirror) as mirror,
+    ):
+        return mirror.reported(
+            _deletion.delete(api, inp, retried=activity.info().attempt > 1, transport=transport)
+        )
 
 
 def settle(api: KubeApi, inp: PhaseInput, slots: WorkerSlots | None = None) -> Observation:
     """Poll until the Pods are gone and the capacity released."""
-    with application_errors(), held():
-        return _deletion.settle(api, inp, slots=slots)
+    with application_errors(), held(), alongside(api, inp.mirror) as mirror:
+        return mirror.reported(_deletion.settle(api, inp, slots=slots))
 
 
 def restore(

@@ -3,6 +3,7 @@ phase change with a Kubernetes Event (SPEC section 8)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,7 +46,11 @@ def retirement_status(inp: PublishInput) -> dict[str, Any] | None:
 WRITE_TRIES = 5
 
 
-def publish(api: KubeApi, inp: PublishInput) -> None:
+class _Stopped(Exception):
+    """The caller said not to go on (``publish``'s ``go_on``)."""
+
+
+def publish(api: KubeApi, inp: PublishInput, *, go_on: Callable[[], bool] = lambda: True) -> bool:
     """Write the status (a merge patch of the subresource: no lost update of other status
     fields) and emit the phase's Event once (a deterministic name makes retries no-ops).
 
@@ -55,7 +60,11 @@ def publish(api: KubeApi, inp: PublishInput) -> None:
     409 reads and checks again).  A ``metadata.uid`` in the patch would not do it: the
     status subresource takes nothing but ``status`` from a patch, and the API server
     writes it whatever UID the patch names (measured, the twin test
-    ``tests/bed/test_fake_kube_twin_on_bed.py``)."""
+    ``tests/bed/test_fake_kube_twin_on_bed.py``).
+
+    ``go_on`` is asked before each request (a phase carrying the snapshot stops it so,
+    ``activities.alongside``): False from it stops the publish, which then returns False;
+    True: published, or nothing to mirror on."""
     body: dict[str, Any] = {"status": {"retirement": retirement_status(inp)}}
     if inp.last_consumed_retry_token:  # kept per role:ordinal, across retirements
         key = f"{inp.role}:{inp.ordinal}"
@@ -63,16 +72,20 @@ def publish(api: KubeApi, inp: PublishInput) -> None:
     admitted_uid = inp.target.deployment_uid if inp.target is not None else ""
     for _ in range(WRITE_TRIES):
         try:
-            md = _write(api, inp, body, admitted_uid)
+            md = _write(api, inp, body, admitted_uid, go_on)
         except NotFound:  # the deployment is gone: nothing to mirror on
-            return
+            return True
         except Conflict:  # written in between: read and check again
             continue
+        except _Stopped:
+            return False
         if md is None:  # re-created under the same name: another deployment's status
-            return
+            return True
+        if not go_on():
+            return False
         uid = (md.get("metadata") or {}).get("uid") or ""
         _event(api, inp, uid=str(uid))
-        return
+        return True
     raise Conflict(
         f"publish status.retirement of ModelDeployment {inp.namespace}/{inp.deployment}: "
         f"written in between {WRITE_TRIES} times",
@@ -82,17 +95,26 @@ def publish(api: KubeApi, inp: PublishInput) -> None:
 
 
 def _write(
-    api: KubeApi, inp: PublishInput, body: dict[str, Any], admitted_uid: str
+    api: KubeApi,
+    inp: PublishInput,
+    body: dict[str, Any],
+    admitted_uid: str,
+    go_on: Callable[[], bool],
 ) -> dict[str, Any] | None:
     """One status write, fenced to the deployment ``admitted_uid`` when there is one (None:
-    the deployment of that name is another one now)."""
+    the deployment of that name is another one now); ``_Stopped`` when ``go_on`` says so
+    before a request."""
     patch = body
     if admitted_uid:
+        if not go_on():
+            raise _Stopped
         raw = api.get_deployment(namespace=inp.namespace, name=inp.deployment)
         meta = raw.get("metadata") or {}
         if meta.get("uid") != admitted_uid:
             return None
         patch = {**body, "metadata": {"resourceVersion": meta.get("resourceVersion")}}
+    if not go_on():
+        raise _Stopped
     return api.patch_deployment_status(namespace=inp.namespace, name=inp.deployment, patch=patch)
 
 

@@ -105,6 +105,9 @@ class Observation(_Model):
     #: When the reading the verdict rests on was taken (the drain: the start of its last
     #: idle round), on the activity's clock.
     evidence_at: datetime | None = None
+    #: How many of the snapshots the phase carried (``PhaseInput.mirror``) it published,
+    #: in order from the first (``activities.alongside``).
+    mirrored: int = 0
 
 
 class DeleteResult(_Model):
@@ -117,6 +120,8 @@ class DeleteResult(_Model):
     #: The last guard refused before any delete (nothing was touched): why, as a verdict
     #: (FAILED: abort; UNKNOWN: drain again).
     refused: Observation | None = None
+    #: As ``Observation.mirrored``.
+    mirrored: int = 0
 
 
 class RestoreResult(_Model):

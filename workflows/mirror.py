@@ -3,10 +3,16 @@ metrics (``workflows.metrics``), and ``status.retirement`` plus an Event on the
 ModelDeployment for kubectl users.
 
 The workflow is the truth; the mirror never delays a protocol step.  Search attributes are
-upserted in place (a command, no round trip).  Publishing runs in a background task that
-works through the queued snapshots in order, so a slow or failing status subresource
-costs no budget and never delays a restore; the workflow waits for the queue only when it
-ends or continues as new.
+upserted in place (a command, no round trip).  The snapshots queued when a phase activity
+starts ride along with it (``take``; ``activities.alongside`` publishes them while the
+phase runs, and what it did not publish comes back with its result, ``back``): that costs
+no workflow task, where a publish activity costs one when it completes.  Any other
+snapshot, and any a phase did not publish, goes out by the publish activity, in a
+background task that works through the queue in order, so a slow or failing status
+subresource costs no budget and never delays a restore; the workflow waits for the queue
+only when it ends or continues as new.  Never two publishers at once: a phase takes
+snapshots only while no publish activity runs, and the background task waits while a
+phase carries some.
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows.metrics import RetirementMetrics
     from workflows.options import PUBLISH_SCHEDULE_TIMEOUT, PUBLISH_TIMEOUT, SHORT
     from workflows.story import current
+
+#: The patch (``workflow.patched``) under which phase activities carry snapshots:
+#: histories recorded before it replay with a publish activity for every snapshot.
+ALONGSIDE_PATCH = "mirror-alongside-phases"
 
 SA_DEPLOYMENT = SearchAttributeKey.for_keyword("RetirementDeployment")
 SA_ROLE = SearchAttributeKey.for_keyword("RetirementRole")
@@ -103,6 +113,8 @@ class Mirror:
         self._reason = already.reason if already else ""
         self.failures: list[str] = []
         self._metrics = RetirementMetrics(already=already)
+        self._publishing = False  # a publish activity is running
+        self._riding = False  # a phase activity carries snapshots
 
     def show(self, s: RetirementState, *, clear: bool = False) -> None:
         """Mirror ``s``: upsert the search attributes on a phase or outcome change; queue
@@ -147,7 +159,35 @@ class Mirror:
                 )
         self._outcome = s.outcome
         self._reason = s.reason
-        if self._queue and (self._task is None or self._task.done()):
+        self._start()
+
+    def take(self) -> list[PublishInput]:
+        """The queued snapshots, for the phase activity about to start to publish alongside
+        it; none while a publish activity runs (they stay queued for it), and none in a
+        history recorded before phases carried them."""
+        if self._publishing or self._riding or not self._queue:
+            return []
+        if not workflow.patched(ALONGSIDE_PATCH):
+            return []
+        taken, self._queue = self._queue, []
+        self._riding = True
+        return taken
+
+    def back(self, taken: list[PublishInput], *, published: int) -> None:
+        """The phase activity that carried ``taken`` ended, having published the first
+        ``published`` of them (0 when it failed or was cancelled: it may have published
+        some; published again, a snapshot is the same write and the same Event).  The rest
+        go out first, before anything queued since."""
+        if not taken:
+            return
+        self._riding = False
+        self._queue[:0] = taken[max(0, published) :]
+        self._start()
+
+    def _start(self) -> None:
+        if self._riding or not self._queue:
+            return
+        if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._work())
 
     async def flush(self, *, on_cancel: Callable[[], None]) -> None:
@@ -161,8 +201,9 @@ class Mirror:
                 on_cancel()
 
     async def _work(self) -> None:
-        while self._queue:
+        while self._queue and not self._riding:
             payload = self._queue.pop(0)
+            self._publishing = True
             try:
                 await workflow.execute_activity_method(
                     RetirementActivities.publish,
@@ -175,3 +216,5 @@ class Mirror:
             except ActivityError as e:
                 # Publishing is a mirror for kubectl users; the workflow is the truth.
                 self.failures.append(f"publish failed: {e.cause or e}")
+            finally:
+                self._publishing = False

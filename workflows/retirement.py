@@ -68,7 +68,7 @@ class RetirementWorkflow:
                 workflow_id=workflow.info().workflow_id, request=request
             )
         self._mirror = Mirror(already=self._s if request.resume is not None else None)
-        self._steps = Steps(state=lambda: self._s, on_cancel=self._on_cancel)
+        self._steps = Steps(state=lambda: self._s, on_cancel=self._on_cancel, mirror=self._mirror)
 
     # ----------------------------------------------------------------- handlers
 

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         DeleteResult,
         Observation,
         PhaseInput,
+        PublishInput,
         RestoreResult,
         RetirementState,
     )
@@ -53,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         hold_ends,
         interrupted,
     )
+    from workflows.mirror import Mirror
     from workflows.options import (
         ADMIT,
         ADMIT_TIMEOUT,
@@ -88,9 +90,12 @@ class Steps:
         *,
         state: Callable[[], RetirementState],
         on_cancel: Callable[[], None],
+        mirror: Mirror,
     ) -> None:
         self._state = state
         self._on_cancel = on_cancel
+        #: The phase activities carry the mirror's queued snapshots (``Mirror.take``).
+        self._mirror = mirror
 
     # ------------------------------------------------------------------ actions
 
@@ -126,9 +131,10 @@ class Steps:
         remaining = s.phase_deadline - workflow.now()
         if remaining <= timedelta(0):
             return Woke(at=workflow.now())
+        taken = self._mirror.take()
         handle = workflow.start_activity_method(
             PHASE_ACTIVITY[phase],
-            self._phase_input(s.phase_deadline),
+            self._phase_input(s.phase_deadline, mirror=taken),
             start_to_close_timeout=remaining + GRACE,
             schedule_to_close_timeout=remaining + GRACE,
             # Not started by the phase deadline: the phase cannot be done, and the reason
@@ -141,12 +147,15 @@ class Steps:
             # label or a router worker after the restore put it back.
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
-        done = await self._until_done(
-            handle,
-            interruptible=abortable(phase),
-            timeout=remaining + GRACE + BACKSTOP,
-            timeout_summary=backstop_summary(phase),
-        )
+        try:
+            done = await self._until_done(
+                handle,
+                interruptible=abortable(phase),
+                timeout=remaining + GRACE + BACKSTOP,
+                timeout_summary=backstop_summary(phase),
+            )
+        finally:
+            self._mirror.back(taken, published=_mirrored(handle))
         now = workflow.now()
         if not done:
             return Woke(at=now)
@@ -224,7 +233,8 @@ class Steps:
     ) -> Event:
         s = self._state()
         assert s.phase_deadline is not None
-        inp = self._phase_input(s.phase_deadline).model_copy(
+        taken = self._mirror.take()
+        inp = self._phase_input(s.phase_deadline, mirror=taken).model_copy(
             update={
                 "evidence_at": s.idle_read_at,
                 "fresh_s": freshness_bound(s.request.budgets).total_seconds(),
@@ -242,7 +252,10 @@ class Steps:
             summary="confirm once more, then delete the admitted Pods (UID preconditions) "
             "and their own Workload",
         )
-        await self._until_done(handle, interruptible=False, timeout=None)
+        try:
+            await self._until_done(handle, interruptible=False, timeout=None)
+        finally:
+            self._mirror.back(taken, published=_mirrored(handle))
         result: DeleteResult = handle.result()
         if result.refused is not None:
             return NotDeleted(
@@ -307,10 +320,13 @@ class Steps:
 
     # ------------------------------------------------------------------ helpers
 
-    def _phase_input(self, deadline: datetime) -> PhaseInput:
+    def _phase_input(
+        self, deadline: datetime, *, mirror: list[PublishInput] | None = None
+    ) -> PhaseInput:
         s = self._state()
         assert s.target is not None
         return PhaseInput(
+            mirror=mirror or [],
             target=s.target,
             deadline=deadline,
             poll_interval_s=s.request.budgets.poll_interval_s,
@@ -351,3 +367,11 @@ class Steps:
             except asyncio.CancelledError:
                 self._on_cancel()
         return False
+
+
+def _mirrored(handle: workflow.ActivityHandle[Any]) -> int:
+    """How many carried snapshots a phase activity published: its result says so; one
+    that failed, was cancelled, or has not ended counts none."""
+    if not handle.done() or handle.cancelled() or handle.exception() is not None:
+        return 0
+    return int(getattr(handle.result(), "mirrored", 0))

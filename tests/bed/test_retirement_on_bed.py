@@ -99,7 +99,18 @@ async def test_full_retirement_deletes_only_the_retired_replica(ctx: Ctx, engine
     assert (md.get("status") or {}).get("retirement") is None
     events = ctx.core.list_namespaced_event(ctx.ns).items
     reasons = {e.reason for e in events if e.involved_object.name == name}
-    assert {"RetirementDraining", "RetirementDeleting", "RetirementCompleted"} <= reasons
+    assert {
+        f"Retirement{p}"
+        for p in (
+            "Admitted",
+            "Disqualified",
+            "Withdrawing",
+            "Draining",
+            "Deleting",
+            "Settling",
+            "Completed",
+        )
+    } <= reasons, reasons
     events, executions = await history_cost(handle)
     TIMINGS[engine] = {
         **phase_durations(st),

@@ -81,7 +81,21 @@ class FakeWorld:
         """Set when the named activity starts."""
         return self.started.setdefault(name, asyncio.Event())
 
-    async def _phase(self, name: str) -> Observation:
+    def _carry(self, inp: PhaseInput) -> int:
+        """Publish the snapshots the phase carries, as ``activities.alongside`` does (at
+        its start), unless the status subresource is scripted to hang or fail: then none
+        is published and the workflow's publish activity gets them all."""
+        if self.behaviour.get("publish") in ("hang", "failed"):
+            return 0
+        self.published.extend(inp.mirror)
+        return len(inp.mirror)
+
+    async def _phase(self, name: str, inp: PhaseInput) -> Observation:
+        carried = self._carry(inp)
+        obs = await self._phase_body(name)
+        return obs.model_copy(update={"mirrored": carried})
+
+    async def _phase_body(self, name: str) -> Observation:
         self.calls.append(name)
         self.started_event(name).set()
         mode = self.behaviour.get(name, "verified")
@@ -131,22 +145,27 @@ class FakeWorld:
 
     @activity.defn(name="disqualify")
     async def disqualify(self, inp: PhaseInput) -> Observation:
-        return await self._phase("disqualify")
+        return await self._phase("disqualify", inp)
 
     @activity.defn(name="withdraw")
     async def withdraw(self, inp: PhaseInput) -> Observation:
-        return await self._phase("withdraw")
+        return await self._phase("withdraw", inp)
 
     @activity.defn(name="drain")
     async def drain(self, inp: PhaseInput) -> Observation:
-        return await self._phase("drain")
+        return await self._phase("drain", inp)
 
     @activity.defn(name="settle")
     async def settle(self, inp: PhaseInput) -> Observation:
-        return await self._phase("settle")
+        return await self._phase("settle", inp)
 
     @activity.defn(name="delete")
     async def delete(self, inp: PhaseInput) -> DeleteResult:
+        carried = self._carry(inp)
+        result = await self._delete(inp)
+        return result.model_copy(update={"mirrored": carried})
+
+    async def _delete(self, inp: PhaseInput) -> DeleteResult:
         self.calls.append("delete")
         self.started_event("delete").set()
         mode = self.behaviour.get("delete")

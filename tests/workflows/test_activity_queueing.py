@@ -21,7 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from retirement.budgets import Budgets
-from retirement.models import PublishInput, RetirementRequest, RetirementState
+from retirement.models import PhaseInput, PublishInput, RetirementRequest, RetirementState
 from retirement.phases import Outcome, Phase
 from tests.helpers.retirements import end_retirement
 from tests.workflows.fakes import FakeWorld
@@ -38,9 +38,19 @@ DRAIN_S = 8.0
 @dataclass
 class SaturatedWorld(FakeWorld):
     """The fake world, with a status subresource that hangs on the Draining snapshot until
-    ``gate`` is set: that publish holds the worker's only activity slot meanwhile."""
+    ``gate`` is set: the drain that carries it leaves it unpublished (as
+    ``activities.alongside`` does after ``END_WAIT_S``), and the publish activity that
+    gets it holds the worker's only activity slot meanwhile."""
 
     gate: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def _carry(self, inp: PhaseInput) -> int:
+        phases = [p.phase for p in inp.mirror]
+        if Phase.DRAINING not in phases:
+            return super()._carry(inp)
+        first = phases.index(Phase.DRAINING)
+        self.published.extend(inp.mirror[:first])
+        return first
 
     @activity.defn(name="publish")
     async def publish(self, inp: PublishInput) -> None:
@@ -106,9 +116,9 @@ async def test_a_phase_activity_that_cannot_start_says_so_on_the_real_server(
 
 
 async def cannot_start(client: Client, world: SaturatedWorld, queue: str) -> None:
-    """The Draining snapshot's publish takes the only slot.  If the first drain run got the
-    slot before it, that run answers UNKNOWN (a busy engine) and the rerun 5 s later
-    finds the slot taken; either way a drain run waits in the queue until the deadline."""
+    """The Draining snapshot's publish takes the only slot once the first drain run, which
+    carried it and left it unpublished, answered UNKNOWN (a busy engine): the rerun 5 s
+    later finds the slot taken and waits in the queue until the deadline."""
     world.behaviour["drain"] = "unknown"
     req = RetirementRequest(
         namespace="ns",
