@@ -16,6 +16,7 @@ kubelet and a process start on the node.  The execs that mostly sleep in the con
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from activities.oneshot import (
 from kube.api import KubeApi
 from kube.errors import KubeError
 from kube.members import MemberGone, read_member
+from kube.podexec import OVERRAN
 from retirement.models import MemberTarget, Target
 from retirement.names import ENGINE_CONTAINER
 from retirement.readings import (
@@ -110,6 +112,20 @@ def limit_execs(size: int) -> FairSlots:
     return _slots[0]
 
 
+#: A read that took less than this is quick: the node has room for one more at once.
+QUICK_S = EXEC_TIMEOUT_S / 4
+
+
+def pace_execs(slots: FairSlots, *, took_s: float, overran: bool) -> None:
+    """Fit the reads at once to what the node answers in time (``FairSlots.congested``):
+    an exec past its bound halves them, once per bound (the execs begun before the cut
+    overrun the old bound); a quick one adds one back."""
+    if overran:
+        slots.congested(hold_s=EXEC_TIMEOUT_S)
+    elif took_s < QUICK_S:
+        slots.uncongested()
+
+
 def exec_oneshot(
     api: KubeApi,
     target: Target,
@@ -137,8 +153,9 @@ def exec_oneshot(
         if not got:
             return "", (
                 f"no exec slot within {EXEC_SLOT_WAIT_S:g} s "
-                f"(this worker runs {slots.size} reads at once)"
+                f"(this worker runs {slots.limit} reads at once now, at most {slots.size})"
             )
+        began = time.monotonic()
         result = api.exec_pod(
             namespace=target.namespace,
             name=m.pod,
@@ -147,6 +164,8 @@ def exec_oneshot(
             timeout_s=EXEC_TIMEOUT_S,
             output_cap=OUTPUT_CAP,
         )
+        took = time.monotonic() - began
+    pace_execs(slots, took_s=took, overran=result.error.startswith(OVERRAN))
     count_exec_read(failed=bool(result.error) or result.exit_code not in (0, None))
     if result.error:
         return "", result.error

@@ -43,6 +43,9 @@ from websocket import WebSocket, WebSocketException
 
 from kube.api import ExecResult
 
+#: How an exec that outlived its bound reads (``ExecResult.error`` begins with it).
+OVERRAN = "exec exceeded"
+
 STDOUT, STDERR, STATUS, CLOSE_SIGNAL = 1, 2, 3, 255
 #: The most of the status channel read (a Status object: a few hundred bytes).
 STATUS_CAP = 64 << 10
@@ -109,7 +112,7 @@ class _Frames:
         while len(self._buf) < n:
             left = self.deadline - time.monotonic()
             if left <= 0:
-                raise _Stop(f"exec exceeded {self.timeout_s:g} s")
+                raise _Stop(f"{OVERRAN} {self.timeout_s:g} s")
             if self.tick is not None:  # each wait is a slice of at most TICK_S
                 self.tick()
                 left = min(left, TICK_S)
@@ -119,7 +122,7 @@ class _Frames:
             except TimeoutError:
                 if self.tick is not None and time.monotonic() < self.deadline:
                     continue
-                raise _Stop(f"exec exceeded {self.timeout_s:g} s") from None
+                raise _Stop(f"{OVERRAN} {self.timeout_s:g} s") from None
             if not chunk:
                 raise EOFError
             self._buf += chunk
@@ -284,7 +287,7 @@ def _open(
     def websocket(configuration: Any, _method: str, url: str, **kwargs: Any) -> WebSocket:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise TimeoutError(f"exec exceeded {timeout_s:g} s")
+            raise TimeoutError(f"{OVERRAN} {timeout_s:g} s")
         if tick is not None:  # no tick during the handshake: it gets a bound of its own
             left = min(left, HANDSHAKE_S)
         ws = open_websocket(
@@ -319,7 +322,7 @@ def _open(
         for ws in opened:
             _close(ws)
         if time.monotonic() >= deadline:
-            return ExecResult(error=f"exec exceeded {timeout_s:g} s")
+            return ExecResult(error=f"{OVERRAN} {timeout_s:g} s")
         return ExecResult(error=f"exec failed: {type(e).__name__}")
     sock = opened[0].sock if len(opened) == 1 else None
     if sock is None:

@@ -162,7 +162,9 @@ def test_reads_that_fail_do_not_restart_the_quiet_window() -> None:
     read restarted the window: 200 retirements at once, their reads queueing for exec
     slots, aborted when the budget ran out with "quiet window started"."""
     kube, target = admitted()
-    no_slot = ExecResult(error="no exec slot within 3 s (this worker runs 16 reads at once)")
+    no_slot = ExecResult(
+        error="no exec slot within 3 s (this worker runs 16 reads at once now, at most 16)"
+    )
     timed_out = ExecResult(error="exec failed: timed out after 5 s")
     kube.script_exec("llm-1", idle(), no_slot, timed_out, no_slot, no_slot, idle())
     beats: list[Any] = []
