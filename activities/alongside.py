@@ -13,8 +13,10 @@ delay to the phase (at its end the phase waits at most ``END_WAIT_S`` for them, 
 at all when it ends in an error or a cancellation), and nothing lost: the phase reports
 how many it published (``reported``); the workflow gives the rest to its publish
 activity, which retries them durably.  A thread left behind is stopped before its next
-request (``publish``'s ``go_on``): a status write it already sent carries the
-resourceVersion it read, so it cannot land after a later snapshot's write (409), and a
+request (``publish``'s ``go_on``), and so is one whose attempt went quiet past its
+heartbeat timeout (its claim, ``activities.fencing``): the server may have moved on, and
+the workflow may be publishing later ones.  A status write already sent carries the
+resourceVersion it read, so it cannot land after a later snapshot's write (409); a
 snapshot published twice is the same write and the same Event (a fixed name).
 """
 
@@ -26,6 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
+from activities.fencing import Claim
 from activities.publish import publish
 from kube.api import KubeApi
 from retirement.models import PublishInput
@@ -42,8 +45,11 @@ R = TypeVar("R", Observation, DeleteResult)
 class Alongside:
     """The snapshots of one phase attempt going out on their own thread."""
 
-    def __init__(self, api: KubeApi, snapshots: list[PublishInput]) -> None:
+    def __init__(
+        self, api: KubeApi, snapshots: list[PublishInput], claim: Claim | None = None
+    ) -> None:
         self._api = api
+        self._claim = claim
         self._snapshots = list(snapshots)
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -56,7 +62,7 @@ class Alongside:
     def _run(self) -> None:
         for snapshot in self._snapshots:
             try:
-                done = publish(self._api, snapshot, go_on=lambda: not self._stop.is_set())
+                done = publish(self._api, snapshot, go_on=self._go_on)
             except Exception as e:  # the workflow's publish activity tries it again
                 log.warning("mirror %s alongside the phase: %s", snapshot.phase, e)
                 return
@@ -66,6 +72,13 @@ class Alongside:
                 if self._stop.is_set():  # reported already: this one is counted as not sent
                     return
                 self._published += 1
+
+    def _go_on(self) -> bool:
+        """Neither stopped nor the attempt's claim lost (a phase thread stuck past the
+        heartbeat timeout: the workflow may be publishing later snapshots already)."""
+        if self._stop.is_set():
+            return False
+        return self._claim is None or not self._claim.refusal_now()
 
     def stop(self, *, wait_s: float) -> int:
         """Wait up to ``wait_s`` for the thread, stop it, and say how many snapshots (in
@@ -82,10 +95,13 @@ class Alongside:
 
 
 @contextmanager
-def alongside(api: KubeApi, snapshots: list[PublishInput]) -> Iterator[Alongside]:
-    """Publish ``snapshots`` while the body runs; an error or a cancellation leaving the
-    body stops them at once (the workflow counts none of them published)."""
-    carried = Alongside(api, snapshots)
+def alongside(
+    api: KubeApi, snapshots: list[PublishInput], *, claim: Claim | None = None
+) -> Iterator[Alongside]:
+    """Publish ``snapshots`` while the body runs, under the attempt's ``claim`` (None:
+    outside an activity); an error or a cancellation leaving the body stops them at once
+    (the workflow counts none of them published)."""
+    carried = Alongside(api, snapshots, claim)
     try:
         yield carried
     finally:

@@ -46,7 +46,7 @@ def admit(api: KubeApi, inp: AdmitInput) -> Admission:
 
 def disqualify(api: KubeApi, inp: PhaseInput) -> Observation:
     """Remove the eligibility label from the admitted members."""
-    with application_errors(), held(), alongside(api, inp.mirror) as mirror:
+    with application_errors(), held() as claim, alongside(api, inp.mirror, claim=claim) as mirror:
         return mirror.reported(_labels.disqualify(api, inp.target))
 
 
@@ -57,13 +57,13 @@ def withdraw(
     slots: WorkerSlots | None = None,
 ) -> Observation:
     """Poll Services and routers until the target is withdrawn."""
-    with application_errors(), held(), alongside(api, inp.mirror) as mirror:
+    with application_errors(), held() as claim, alongside(api, inp.mirror, claim=claim) as mirror:
         return mirror.reported(_withdrawal.withdraw(api, inp, transport=transport, slots=slots))
 
 
 def drain(api: KubeApi, inp: PhaseInput, slots: WorkerSlots | None = None) -> Observation:
     """Poll the measured members until drained."""
-    with application_errors(), held(), alongside(api, inp.mirror) as mirror:
+    with application_errors(), held() as claim, alongside(api, inp.mirror, claim=claim) as mirror:
         return mirror.reported(_drain.drain(api, inp, slots=slots))
 
 
@@ -72,8 +72,8 @@ def delete(api: KubeApi, inp: PhaseInput, transport: httpx.BaseTransport | None)
     and the Workload if it is theirs; or refuse, touching nothing."""
     with (
         application_errors(retryable=FORBIDDEN_RETRIED),
-        held(),
-        alongside(api, inp.mirror) as mirror,
+        held() as claim,
+        alongside(api, inp.mirror, claim=claim) as mirror,
     ):
         return mirror.reported(
             _deletion.delete(api, inp, retried=activity.info().attempt > 1, transport=transport)
@@ -82,7 +82,7 @@ def delete(api: KubeApi, inp: PhaseInput, transport: httpx.BaseTransport | None)
 
 def settle(api: KubeApi, inp: PhaseInput, slots: WorkerSlots | None = None) -> Observation:
     """Poll until the Pods are gone and the capacity released."""
-    with application_errors(), held(), alongside(api, inp.mirror) as mirror:
+    with application_errors(), held() as claim, alongside(api, inp.mirror, claim=claim) as mirror:
         return mirror.reported(_deletion.settle(api, inp, slots=slots))
 
 

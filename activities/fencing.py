@@ -87,6 +87,14 @@ class Claim:
         self._gap("between heartbeats", now)
         self._last = now
 
+    def refusal_now(self) -> str:
+        """As ``refusal``, counting the time since the last heartbeat as a gap too: for a
+        thread working beside the attempt's own (``activities.alongside``), which sees no
+        heartbeat of its own and must stop when the attempt has gone quiet too long (it may
+        be stuck, and the server may have moved on)."""
+        self._gap("since the last heartbeat", self._clock())
+        return self.refusal()
+
     def refusal(self) -> str:
         """Why this attempt may not change anything now ("" when it may)."""
         if self.lost:

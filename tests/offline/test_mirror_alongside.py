@@ -16,6 +16,7 @@ import pytest
 from activities import RetirementActivities
 from activities import alongside as alongside_module
 from activities.alongside import alongside
+from activities.fencing import Claim
 from activities.publish import publish
 from kube.api import ExecResult
 from kube.errors import Invalid
@@ -204,3 +205,22 @@ def test_the_drain_activity_carries_and_counts_its_snapshots(
     obs: Observation = attempt_env().run(RetirementActivities(kube).drain, inp)
     assert obs.verdict is Verdict.VERIFIED and obs.mirrored == 1
     assert written(kube) == ["Draining"] and event_reasons(kube) == ["RetirementDraining"]
+
+
+def test_an_attempt_gone_quiet_stops_its_snapshots(cluster: tuple[GatedKube, Target]) -> None:
+    """The phase's own thread is stuck past its heartbeat timeout (the server may have
+    timed the attempt out and the workflow moved on): the carried snapshots stop before
+    their next request, as the attempt's own changes do (``activities.fencing``)."""
+    kube, target = cluster
+    now = [0.0]
+    claim = Claim(heartbeat_timeout_s=10, clock=lambda: now[0])
+    kube.slow = {"Disqualified"}
+    carried = snapshots(target, Phase.DISQUALIFIED, Phase.WITHDRAWING)
+    with alongside(kube, carried, claim=claim) as mirror:
+        assert kube.waiting.wait(5)
+        now[0] += 30  # no heartbeat for 30 s
+        kube.gate.set()
+        time.sleep(0.3)
+        assert written(kube) == ["Disqualified"] and event_reasons(kube) == []
+        assert claim.lost
+        assert mirror.stop(wait_s=1) == 0
