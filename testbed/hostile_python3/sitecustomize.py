@@ -2,7 +2,9 @@
 start-up by every ``python3`` that kwok runs for an exec into one of the hostile Pods
 (``testbed.controlplane.HOSTILE_EXECS``: their ClusterExec puts this directory on
 ``PYTHONPATH`` and names the behaviour in ``BED_HOSTILE_PYTHON3``), before the command's own
-code runs.  Anywhere else (the variable unset) it does nothing.
+code runs; and run as the program by the hostile ``python3`` beside it, for a command that
+keeps ``sitecustomize`` out (the one-shot's ``-I -S``).  Anywhere else (the variable unset)
+it does nothing.
 
 - ``flood-stdout`` / ``flood-stderr``: write 64 KiB blocks for ever (until the reader goes
   away: a broken pipe ends the process);

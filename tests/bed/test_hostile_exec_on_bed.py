@@ -4,7 +4,10 @@ H1), through the real API server and kwok.
 The Pods here are named so that kwok runs their execs with a hostile ``python3``
 (``testbed.controlplane.HOSTILE_EXECS``, ``testbed/hostile_python3/sitecustomize.py``): one
 that floods stdout for ever, one that floods stderr, one that never prints nor exits.  The
-worker's exec (``Kube.exec_pod``, the drain one-shot's command, the product's 5 s bound and
+one-shot starts ``python3 -ISc``, which keeps ``PYTHONPATH`` and ``sitecustomize`` out,
+so the read names the hostile interpreter itself (``testbed/hostile_python3/python3``, as
+a container whose ``python3`` is hostile would run it) before the rest of the drain
+one-shot's command.  The worker's exec (``Kube.exec_pod``, the product's 5 s bound and
 64 KiB cap) must end within the bound plus 1 s, with a reason, and the worker's memory
 (this process's RSS, sampled every 20 ms) must stay bounded.  Before the reader enforced
 its bounds while reading, one such read took 18 s and +120 MiB.
@@ -28,7 +31,7 @@ from kube.client import Kube
 from retirement.names import ENGINE_CONTAINER
 from retirement.readings import SERIES
 from testbed.bed import Bed
-from testbed.controlplane import HOSTILE_EXECS, NODE_NAME
+from testbed.controlplane import HOSTILE_EXECS, HOSTILE_PYTHONPATH, NODE_NAME
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.bed
@@ -100,6 +103,8 @@ def test_a_hostile_python3_cannot_stretch_the_drain_read(
     hostile_pod(core, namespace, name)
     kube = Kube.from_config(kubeconfig=str(bed.cp.kubeconfig), connections=4)
     argv = command(port=9, scheme="http", path="/metrics", names=SERIES["vLLM"].all)
+    assert argv[:2] == ["python3", "-ISc"]
+    argv[0] = str(HOSTILE_PYTHONPATH / "python3")  # the container's python3 is hostile
 
     def read() -> ExecResult:
         return kube.exec_pod(
