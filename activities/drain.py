@@ -144,12 +144,7 @@ class DrainRounds:
             heartbeat()  # one read may take its exec slot wait and exec bound
             try:
                 reads[m.pod] = sample_member_reads(
-                    self.api,
-                    target,
-                    m,
-                    twice=self.exact,
-                    slots=self.execs,
-                    queue_until=self.inp.deadline,
+                    self.api, target, m, twice=self.exact, slots=self.execs
                 )
             except Replaced as e:
                 return Observation(verdict=Verdict.FAILED, reason=f"member {e}")

@@ -19,8 +19,9 @@ of a fleet that drains at once all share one node's CPU and one API server, and 
 point every exec more makes each one slower, until they pass their bound together, read
 UNKNOWN, and are tried again, with more work for the same CPU (measured: 200 retirements
 at once on this bed, 164 aborted that way, every one of them safely).  Halved when work
-overran its bound, the reads in flight finish in time; one slot more for each read that
-was quick brings the bound back when the node has room.
+overran its bound, the reads in flight have the node to themselves sooner; one slot more
+for each read that was quick brings the bound back when the node has room.  (Not shown to
+prevent that collapse on this bed yet: ``docs/benchmarks.md``.)
 """
 
 from __future__ import annotations

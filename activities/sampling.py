@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from datetime import datetime
 
 from activities.fairslots import DEFAULT_WAIT_SLOTS, FairSlots
 from activities.metrics import count_exec_read
@@ -33,8 +32,7 @@ from activities.oneshot import (
     valid_scheme,
     wait_command,
 )
-from activities.polling import slot_lent, take_slot
-from kube.api import ExecResult, KubeApi
+from kube.api import KubeApi
 from kube.errors import KubeError
 from kube.members import MemberGone, read_member
 from kube.podexec import OVERRAN
@@ -128,40 +126,6 @@ def pace_execs(slots: FairSlots, *, took_s: float, overran: bool) -> None:
         slots.uncongested()
 
 
-def _exec_in_slot(
-    api: KubeApi,
-    target: Target,
-    m: MemberTarget,
-    argv: list[str],
-    slots: FairSlots,
-    queue_until: datetime | None,
-) -> ExecResult | None:
-    """The exec in one of ``slots`` (None: no slot was given in time), paced
-    (``pace_execs``)."""
-    tenant = target.namespace
-    if queue_until is None:
-        got = slots.acquire(EXEC_SLOT_WAIT_S, tenant)
-    else:
-        got = take_slot(slots, queue_until, None, tenant)
-    if not got:
-        return None
-    try:
-        began = time.monotonic()
-        result = api.exec_pod(
-            namespace=target.namespace,
-            name=m.pod,
-            container=ENGINE_CONTAINER,
-            argv=argv,
-            timeout_s=EXEC_TIMEOUT_S,
-            output_cap=OUTPUT_CAP,
-        )
-        took = time.monotonic() - began
-    finally:
-        slots.release(tenant)
-    pace_execs(slots, took_s=took, overran=result.error.startswith(OVERRAN))
-    return result
-
-
 def exec_oneshot(
     api: KubeApi,
     target: Target,
@@ -169,13 +133,10 @@ def exec_oneshot(
     *,
     twice: bool = False,
     slots: FairSlots | None = None,
-    queue_until: datetime | None = None,
 ) -> tuple[str, str]:
     """Run the one-shot in the member's ``main`` container, in one of the worker's exec
     ``slots`` (None: the process's default); returns (stdout, error).  ``twice``: the
-    exact count's double read.  ``queue_until``: wait for a slot, heartbeating, in one
-    place in the queue, until then (the drain: its phase deadline) instead of
-    ``EXEC_SLOT_WAIT_S``."""
+    exact count's double read."""
     try:
         port = valid_port(None if m.metrics_port is None else str(m.metrics_port))
         scheme, path = valid_scheme(m.metrics_scheme), valid_path(m.metrics_path)
@@ -188,17 +149,23 @@ def exec_oneshot(
         port=port, scheme=scheme, path=path, names=series.all, exact=m.exact_load, twice=twice
     )
     slots = exec_slots() if slots is None else slots
-    if queue_until is None:
-        result = _exec_in_slot(api, target, m, argv, slots, queue_until)
-    else:  # a long wait, maybe: the poll's slot is not held meanwhile
-        with slot_lent():
-            result = _exec_in_slot(api, target, m, argv, slots, queue_until)
-    if result is None:
-        waited = "before the phase deadline" if queue_until else f"within {EXEC_SLOT_WAIT_S:g} s"
-        return "", (
-            f"no exec slot {waited} "
-            f"(this worker runs {slots.limit} reads at once now, at most {slots.size})"
+    with slots.slot(EXEC_SLOT_WAIT_S, target.namespace) as got:
+        if not got:
+            return "", (
+                f"no exec slot within {EXEC_SLOT_WAIT_S:g} s "
+                f"(this worker runs {slots.limit} reads at once now, at most {slots.size})"
+            )
+        began = time.monotonic()
+        result = api.exec_pod(
+            namespace=target.namespace,
+            name=m.pod,
+            container=ENGINE_CONTAINER,
+            argv=argv,
+            timeout_s=EXEC_TIMEOUT_S,
+            output_cap=OUTPUT_CAP,
         )
+        took = time.monotonic() - began
+    pace_execs(slots, took_s=took, overran=result.error.startswith(OVERRAN))
     count_exec_read(failed=bool(result.error) or result.exit_code not in (0, None))
     if result.error:
         return "", result.error
@@ -221,12 +188,11 @@ def sample_member_reads(
     *,
     twice: bool,
     slots: FairSlots | None = None,
-    queue_until: datetime | None = None,
 ) -> list[Sample]:
     """One read of one member, or with ``twice`` (members with the exact count only) two
     reads ``TWICE_SPACING_S`` apart in one exec, both bound to the admitted container by
     the identity read before and after the exec; raises Replaced on a definite identity
-    fault.  ``queue_until``: as ``exec_oneshot``'s."""
+    fault."""
     n = 2 if twice else 1
 
     def all_unknown(reason: str) -> list[Sample]:
@@ -242,7 +208,7 @@ def sample_member_reads(
         return [Sample(complete=True, reason="never started: nothing to drain")] * n
     if before.container_id != m.container_id or before.restart_count != m.restart_count:
         return all_unknown("container main restarted since admission")
-    stdout, error = exec_oneshot(api, target, m, twice=twice, slots=slots, queue_until=queue_until)
+    stdout, error = exec_oneshot(api, target, m, twice=twice, slots=slots)
     changed = _changed_after(api, target, m, before)
     if changed or error:
         return all_unknown(changed or error)

@@ -5,37 +5,17 @@ soon as the bound allows it."""
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from activities import RetirementActivities
-from activities import sampling as sampling_module
-from activities.fairslots import FairSlots, WorkerSlots
+from activities.fairslots import FairSlots
 from activities.oneshot import EXEC_TIMEOUT_S
 from activities.sampling import QUICK_S, exec_oneshot, pace_execs
 from kube.api import ExecResult
 from kube.podexec import OVERRAN
-from retirement.models import MemberTarget, PhaseInput, Target
-from retirement.phases import Verdict
-from retirement.reports import Observation
-from tests.helpers.activity_env import attempt_env
-from tests.helpers.admission import admitted
-from tests.helpers.fake_kube import FakeKube, oneshot_stdout
-
-NS = "default"
-IDLE = ExecResult(stdout=oneshot_stdout(counters=(5, 7)), exit_code=0)
-
-
-def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "not reached"
-        time.sleep(0.01)
+from retirement.models import MemberTarget, Target
+from tests.helpers.fake_kube import oneshot_stdout
 
 
 def member() -> tuple[Target, MemberTarget]:
@@ -129,61 +109,3 @@ def test_a_read_that_overran_its_bound_paces_the_reads() -> None:
     api.result = ExecResult(stdout=oneshot_stdout(), exit_code=0)
     stdout, error = exec_oneshot(api, target, m, slots=slots)  # type: ignore[arg-type]
     assert error == "" and stdout and slots.limit == 9
-
-
-# ------------------------------------------------------------ the drain queues for a slot
-
-
-def run_drain(kube: FakeKube, target: Target, slots: WorkerSlots, seconds: float) -> Observation:
-    inp = PhaseInput(
-        target=target,
-        deadline=datetime.now(UTC) + timedelta(seconds=seconds),
-        poll_interval_s=0.01,
-    )
-    obs: Observation = attempt_env().run(RetirementActivities(kube, slots=slots).drain, inp)
-    return obs
-
-
-def test_a_drain_waits_for_its_exec_slot_without_holding_a_poll_slot(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Every exec slot taken for longer than ``EXEC_SLOT_WAIT_S``: the drain's read waits
-    in the queue (it used to read UNKNOWN "no exec slot" and poll again, re-listing the
-    namespace each time), gives its poll slot to others meanwhile, and reads once a slot
-    frees."""
-    monkeypatch.setattr(sampling_module, "EXEC_SLOT_WAIT_S", 0.05)
-    kube, target = admitted()
-    kube.script_exec("llm-1", IDLE)
-    slots = WorkerSlots(execs=FairSlots(1), polls=FairSlots(1))
-    assert slots.execs.acquire(0, "elsewhere")
-    polls_while_waiting: list[dict[str, int]] = []
-
-    def free_later() -> None:
-        wait_for(lambda: len(slots.execs._waiting.get(NS, ())) == 1)
-        time.sleep(0.3)
-        polls_while_waiting.append(slots.polls.holding())
-        slots.execs.release("elsewhere")
-
-    helper = threading.Thread(target=free_later)
-    helper.start()
-    obs = run_drain(kube, target, slots, seconds=10)
-    helper.join()
-    assert obs.verdict is Verdict.VERIFIED, obs.reason
-    assert polls_while_waiting == [{}]  # the poll slot was lent while queued
-    assert obs.polls == 2 and len(kube.called("exec_pod")) == 2  # two idle reads, no empty round
-
-
-def test_a_drain_that_never_gets_a_slot_reads_unknown_at_its_deadline(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(sampling_module, "EXEC_SLOT_WAIT_S", 0.05)
-    kube, target = admitted()
-    kube.script_exec("llm-1", IDLE)
-    slots = WorkerSlots(execs=FairSlots(1), polls=FairSlots(4))
-    assert slots.execs.acquire(0, "elsewhere")
-    began = time.monotonic()
-    obs = run_drain(kube, target, slots, seconds=1.5)
-    assert time.monotonic() - began < 5
-    assert obs.verdict is Verdict.UNKNOWN
-    assert "no exec slot before the phase deadline" in str(obs.readings), obs.readings
-    assert kube.called("exec_pod") == []
