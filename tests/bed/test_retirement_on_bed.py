@@ -22,7 +22,7 @@ from retirement.names import (
     PLURAL,
     VERSION,
 )
-from retirement.phases import Outcome, Phase
+from retirement.phases import ORDER, Outcome, Phase
 from tests.bed.conftest import Ctx, create_md
 from tests.bed.support import (
     SHORT,
@@ -99,18 +99,7 @@ async def test_full_retirement_deletes_only_the_retired_replica(ctx: Ctx, engine
     assert (md.get("status") or {}).get("retirement") is None
     events = ctx.core.list_namespaced_event(ctx.ns).items
     reasons = {e.reason for e in events if e.involved_object.name == name}
-    assert {
-        f"Retirement{p}"
-        for p in (
-            "Admitted",
-            "Disqualified",
-            "Withdrawing",
-            "Draining",
-            "Deleting",
-            "Settling",
-            "Completed",
-        )
-    } <= reasons, reasons
+    assert {f"Retirement{p}" for p in ORDER} <= reasons, reasons
     events, executions = await history_cost(handle)
     TIMINGS[engine] = {
         **phase_durations(st),

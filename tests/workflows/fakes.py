@@ -7,11 +7,16 @@ timers, cancellation and continue-as-new all run for real on a Temporal server.
 from __future__ import annotations
 
 import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from temporalio import activity
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Worker
 
 from retirement.models import (
     Admission,
@@ -22,9 +27,14 @@ from retirement.models import (
     PhaseInput,
     PublishInput,
     RestoreResult,
+    RetirementRequest,
+    RetirementState,
     Target,
 )
 from retirement.phases import Verdict
+from worker.build import workflow_runner
+from workflows.options import HEARTBEAT_THROTTLE
+from workflows.retirement import RetirementWorkflow
 
 Behaviour = Literal[
     "verified", "hang", "failed", "unknown", "stubborn", "stale", "refuse", "refuse-failed"
@@ -216,3 +226,32 @@ class FakeWorld:
             self.restore,
             self.publish,
         ]
+
+
+@asynccontextmanager
+async def running(client: Client, world: FakeWorld, **options: Any) -> AsyncIterator[str]:
+    """A worker running RetirementWorkflow (the product's runner) and ``world``'s
+    activities on a task queue of its own; yields the queue.  ``options``: more of the
+    Worker's (``max_concurrent_activities=1``)."""
+    queue = f"tq-{uuid.uuid4()}"
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[RetirementWorkflow],
+        workflow_runner=workflow_runner(converter=client.data_converter),
+        activities=world.activities(),
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+        **options,
+    ):
+        yield queue
+
+
+async def start(client: Client, queue: str, req: RetirementRequest) -> WorkflowHandle:  # type: ignore[type-arg]
+    """Start the retirement of ``req`` on ``queue`` under its product workflow ID."""
+    return await client.start_workflow(
+        RetirementWorkflow.run,
+        req,
+        id=f"retirement/{req.namespace}/{req.deployment}",
+        task_queue=queue,
+        result_type=RetirementState,
+    )

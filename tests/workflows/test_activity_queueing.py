@@ -18,15 +18,12 @@ import pytest
 from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
 from retirement.budgets import Budgets
 from retirement.models import PhaseInput, PublishInput, RetirementRequest, RetirementState
 from retirement.phases import Outcome, Phase
 from tests.helpers.retirements import end_retirement
-from tests.workflows.fakes import FakeWorld
-from worker.build import workflow_runner
-from workflows.options import HEARTBEAT_THROTTLE
+from tests.workflows.fakes import FakeWorld, running
 from workflows.retirement import RetirementWorkflow
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -64,17 +61,8 @@ class SaturatedWorld(FakeWorld):
 async def saturated(env: WorkflowEnvironment) -> AsyncIterator[tuple[Client, SaturatedWorld, str]]:
     """A worker with one activity slot on ``env``'s server."""
     world = SaturatedWorld()
-    queue = f"tq-{uuid.uuid4()}"
     try:
-        async with Worker(
-            env.client,
-            task_queue=queue,
-            workflows=[RetirementWorkflow],
-            workflow_runner=workflow_runner(converter=env.client.data_converter),
-            activities=world.activities(),
-            max_concurrent_activities=1,
-            max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-        ):
+        async with running(env.client, world, max_concurrent_activities=1) as queue:
             yield env.client, world, queue
     finally:
         world.gate.set()

@@ -16,26 +16,15 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
 from retirement.models import AbortRequest, PhaseInput, RetirementRequest, RetirementState
-from retirement.phases import Outcome, Phase
-from tests.workflows.fakes import FakeWorld
-from worker.build import workflow_runner
-from workflows.options import HEARTBEAT_THROTTLE
+from retirement.phases import ORDER, Outcome, Phase
+from tests.workflows.fakes import FakeWorld, running, start
 from workflows.retirement import RetirementWorkflow
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
-ALL = [
-    Phase.ADMITTED,
-    Phase.DISQUALIFIED,
-    Phase.WITHDRAWING,
-    Phase.DRAINING,
-    Phase.DELETING,
-    Phase.SETTLING,
-    Phase.COMPLETED,
-]
+ALL = list(ORDER)  # every phase of a retirement that completes
 
 
 @dataclass
@@ -59,28 +48,13 @@ async def world_worker(
     time_skipping_env: WorkflowEnvironment,
 ) -> AsyncIterator[tuple[Client, LeavingWorld, str]]:
     world = LeavingWorld()
-    queue = f"tq-{uuid.uuid4()}"
-    async with Worker(
-        time_skipping_env.client,
-        task_queue=queue,
-        workflows=[RetirementWorkflow],
-        workflow_runner=workflow_runner(converter=time_skipping_env.client.data_converter),
-        activities=world.activities(),
-        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-    ):
+    async with running(time_skipping_env.client, world) as queue:
         yield time_skipping_env.client, world, queue
 
 
-async def start(client: Client, queue: str) -> WorkflowHandle:  # type: ignore[type-arg]
-    req = RetirementRequest(
+def request() -> RetirementRequest:
+    return RetirementRequest(
         namespace="ns", deployment=f"md-{uuid.uuid4().hex[:8]}", role="server", ordinal=1
-    )
-    return await client.start_workflow(
-        RetirementWorkflow.run,
-        req,
-        id=f"retirement/{req.namespace}/{req.deployment}",
-        task_queue=queue,
-        result_type=RetirementState,
     )
 
 
@@ -98,7 +72,7 @@ async def test_a_retirement_publishes_every_phase_once_with_one_publish_activity
     world_worker: tuple[Client, LeavingWorld, str],
 ) -> None:
     client, world, queue = world_worker
-    handle = await start(client, queue)
+    handle = await start(client, queue, request())
     st: RetirementState = await handle.result()
     assert st.outcome is Outcome.COMPLETED
     assert [p.phase for p in world.published] == ALL
@@ -115,7 +89,7 @@ async def test_what_a_phase_did_not_publish_goes_out_first_by_activity(
     phases are quicker than a publish, so they all go by activity), all in order."""
     client, world, queue = world_worker
     world.unpublished = {Phase.WITHDRAWING}
-    handle = await start(client, queue)
+    handle = await start(client, queue, request())
     st: RetirementState = await handle.result()
     assert st.outcome is Outcome.COMPLETED
     assert [p.phase for p in world.published] == ALL
@@ -133,7 +107,7 @@ async def test_an_abort_while_a_phase_carries_snapshots_keeps_them_in_order(
     the restore's snapshots come after, and the last one shows the abort."""
     client, world, queue = world_worker
     world.behaviour["withdraw"] = "hang"
-    handle = await start(client, queue)
+    handle = await start(client, queue, request())
     await world.started_event("withdraw").wait()
     await handle.execute_update(RetirementWorkflow.abort, AbortRequest(reason="operator"))
     for _ in range(200):

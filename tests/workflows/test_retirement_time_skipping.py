@@ -41,7 +41,7 @@ from tests.conftest import register_search_attributes
 from tests.helpers import model_deployment
 from tests.helpers.fake_kube import FakeKube, member_pod, oneshot_stdout
 from tests.helpers.retirements import end_retirement
-from tests.workflows.fakes import FakeWorld
+from tests.workflows.fakes import FakeWorld, running, start
 from worker.build import workflow_runner
 from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow
@@ -56,15 +56,7 @@ async def world_worker(
     time_skipping_env: WorkflowEnvironment,
 ) -> AsyncIterator[tuple[Client, FakeWorld, str]]:
     world = FakeWorld()
-    queue = f"tq-{uuid.uuid4()}"
-    async with Worker(
-        time_skipping_env.client,
-        task_queue=queue,
-        workflows=[RetirementWorkflow],
-        workflow_runner=workflow_runner(converter=time_skipping_env.client.data_converter),
-        activities=world.activities(),
-        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-    ):
+    async with running(time_skipping_env.client, world) as queue:
         yield time_skipping_env.client, world, queue
 
 
@@ -77,16 +69,6 @@ def request(**kw: object) -> RetirementRequest:
     }
     base.update(kw)
     return RetirementRequest.model_validate(base)
-
-
-async def start(client: Client, queue: str, req: RetirementRequest) -> WorkflowHandle:  # type: ignore[type-arg]
-    return await client.start_workflow(
-        RetirementWorkflow.run,
-        req,
-        id=f"retirement/{req.namespace}/{req.deployment}",
-        task_queue=queue,
-        result_type=RetirementState,
-    )
 
 
 async def wait_held(handle: WorkflowHandle, timeout: float = 20.0) -> RetirementState:  # type: ignore[type-arg]
