@@ -74,7 +74,7 @@ class RetirementActivities:
     def delete(self, inp: PhaseInput) -> DeleteResult:
         """Confirm everything once more, then delete the admitted Pods (UID preconditions)
         and the Workload if it is theirs; or refuse, touching nothing."""
-        return _bodies.delete(self._kube, inp, self._router_transport)
+        return _bodies.delete(self._kube, inp, self._router_transport, self._slots)
 
     @activity.defn(name="settle")
     def settle(self, inp: PhaseInput) -> Observation:

@@ -67,7 +67,12 @@ def drain(api: KubeApi, inp: PhaseInput, slots: WorkerSlots | None = None) -> Ob
         return mirror.reported(_drain.drain(api, inp, slots=slots))
 
 
-def delete(api: KubeApi, inp: PhaseInput, transport: httpx.BaseTransport | None) -> DeleteResult:
+def delete(
+    api: KubeApi,
+    inp: PhaseInput,
+    transport: httpx.BaseTransport | None,
+    slots: WorkerSlots | None = None,
+) -> DeleteResult:
     """Confirm everything once more, then delete the admitted Pods (UID preconditions)
     and the Workload if it is theirs; or refuse, touching nothing."""
     with (
@@ -76,7 +81,13 @@ def delete(api: KubeApi, inp: PhaseInput, transport: httpx.BaseTransport | None)
         alongside(api, inp.mirror, claim=claim) as mirror,
     ):
         return mirror.reported(
-            _deletion.delete(api, inp, retried=activity.info().attempt > 1, transport=transport)
+            _deletion.delete(
+                api,
+                inp,
+                retried=activity.info().attempt > 1,
+                transport=transport,
+                slots=slots,
+            )
         )
 
 

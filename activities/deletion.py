@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import httpx
 
-from activities import guard
+from activities import guard, refresh
 from activities.fairslots import WorkerSlots
 from activities.fencing import fence
 from activities.polling import poll_until
@@ -32,6 +32,7 @@ def delete(
     *,
     retried: bool = False,
     transport: httpx.BaseTransport | None = None,
+    slots: WorkerSlots | None = None,
 ) -> DeleteResult:
     """Delete the admitted Pods (idempotent: a Pod already gone is recorded as such), after
     the last guard, unless the deletion has begun (``retried``: this is not the activity's
@@ -41,13 +42,23 @@ def delete(
     earlier one answered: a Kubernetes error on one member (a 400/422 the server refuses,
     a 403, a 503) is collected and the rest go on.  Then, if any failed, the activity fails
     with every failure named (retryable when any of them is: the retry is idempotent) and
-    the Workload is left for that retry: a member Pod of it may still be there."""
+    the Workload is left for that retry: a member Pod of it may still be there.
+
+    Evidence older than the freshness bound is taken again first (``activities.refresh``,
+    in the worker's ``slots``): the guard then confirms on that; a drain that does not read
+    idle again refuses, touching nothing."""
     target = inp.target
+    result = DeleteResult()
     if not ((retried or inp.delete_may_have_begun) and _begun(api, target)):
+        stale = guard.stale(inp)
+        if stale:
+            obs = refresh.refreshed(api, inp, stale=stale, slots=slots)
+            if obs.verdict is not Verdict.VERIFIED:
+                return DeleteResult(refused=obs)
+            inp = inp.model_copy(update={"evidence_at": obs.evidence_at})
         refused = guard.refusal(api, inp, transport=transport)
         if refused is not None:
             return DeleteResult(refused=refused)
-    result = DeleteResult()
     failures: list[tuple[str, KubeError]] = []
     for m in target.members:
         fence(f"deleting {m.pod}")

@@ -80,6 +80,8 @@ class DrainRounds:
         http: httpx.Client,
         execs: FairSlots | None,
         waits: FairSlots | None = None,
+        *,
+        fresh: bool = False,
     ) -> None:
         target = inp.target
         self.api, self.inp, self.target = api, inp, target
@@ -90,7 +92,9 @@ class DrainRounds:
         self.settle_s = (
             0.0 if steps_counted(target.engine, target.engine_version) else SGLANG_GAUGE_SETTLE_S
         )
-        state: DrainHeartbeat = resumed(DrainHeartbeat) or DrainHeartbeat()
+        # ``fresh``: nothing carried over from an earlier attempt's heartbeat (the delete's
+        # guard taking the proof again, ``activities.refresh``).
+        state = (None if fresh else resumed(DrainHeartbeat)) or DrainHeartbeat()
         self.progress: DrainProgress = resume(
             state.progress, now=datetime.now(UTC), poll_interval_s=inp.poll_interval_s
         )

@@ -44,9 +44,9 @@ def refusal(
     api: KubeApi, inp: PhaseInput, *, transport: httpx.BaseTransport | None = None
 ) -> Observation | None:
     """Why the delete must not begin now (None: it may)."""
-    stale = _stale(inp)
-    if stale:
-        return Observation(verdict=Verdict.UNKNOWN, reason=stale)
+    why = stale(inp)
+    if why:
+        return Observation(verdict=Verdict.UNKNOWN, reason=why)
     members = labels_still_off(api, inp.target)  # first: the most specific reason
     if members.verdict is not Verdict.VERIFIED:
         return Observation(
@@ -69,7 +69,9 @@ def refusal(
     return Observation(verdict=check.verdict, reason=check.reason, readings=check.readings)
 
 
-def _stale(inp: PhaseInput) -> str:
+def stale(inp: PhaseInput) -> str:
+    """Why the drain's evidence in ``inp`` cannot be acted on now ("" while fresh), on this
+    worker's clock (the delete takes it again: ``activities.refresh``)."""
     if inp.evidence_at is None or inp.fresh_s is None:
         return "no time of the drain's last idle read was given"
     age = (datetime.now(UTC) - inp.evidence_at).total_seconds()

@@ -50,7 +50,12 @@ with workflow.unsafe.imports_passed_through():
     from workflows.mirror import Mirror, initial_search_attributes
     from workflows.steps import Steps
 
-__all__ = ["RetirementWorkflow", "initial_search_attributes"]
+__all__ = ["GUARD_REFRESH_PATCH", "RetirementWorkflow", "initial_search_attributes"]
+
+#: The patch (``workflow.patched``, asked once as a run starts) under which the delete's
+#: guard takes the drain's proof again on stale evidence (``decide``'s ``guard_refreshes``):
+#: runs recorded before it drain again instead.
+GUARD_REFRESH_PATCH = "guard-refreshes-stale-evidence"
 
 
 @workflow.defn(name="Retirement")
@@ -115,6 +120,9 @@ class RetirementWorkflow:
     async def run(self, request: RetirementRequest) -> RetirementState:
         """Carry out what the protocol decides until it says finish or start afresh."""
         resumed = request.resume is not None
+        # Asked once, as the run starts: what this run's delete guard does with stale
+        # evidence decides where a drain's answer leads (``decide``'s guard_refreshes).
+        self._steps.guard_refreshes = workflow.patched(GUARD_REFRESH_PATCH)
         action = self._apply(
             Woke(at=workflow.now()) if resumed else Started(at=workflow.now())
         ).action
@@ -180,7 +188,12 @@ class RetirementWorkflow:
 
     def _apply(self, event: Event) -> Decision[RetirementState]:
         """Feed ``event`` to the protocol, keep its progress, mirror the change."""
-        d = decide(self._s, event, budgets=self._s.request.budgets)
+        d = decide(
+            self._s,
+            event,
+            budgets=self._s.request.budgets,
+            guard_refreshes=self._steps.guard_refreshes,
+        )
         self._s = d.progress.recorded()
         self._note_mirror_failures()
         if not isinstance(d.action, Finish):  # _finish mirrors the final state itself

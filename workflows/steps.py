@@ -96,6 +96,9 @@ class Steps:
         self._on_cancel = on_cancel
         #: The phase activities carry the mirror's queued snapshots (``Mirror.take``).
         self._mirror = mirror
+        #: This run's delete guard takes stale evidence again (``GUARD_REFRESH_PATCH``,
+        #: asked as the run starts): set by the workflow, read by ``delete``.
+        self.guard_refreshes = False
 
     # ------------------------------------------------------------------ actions
 
@@ -202,11 +205,12 @@ class Steps:
         immediately before its first delete and refuses (``NotDeleted``: nothing touched)
         otherwise; once a delete is sent it runs to its end whatever arrives meanwhile.
 
-        It may wait in the task queue only while the drain's evidence is fresh; one that
-        could not start in time is run once more without that bound but told that an
-        earlier one may have begun (a retried attempt may have deleted members before its
-        retry waited too long), so it finishes what was begun, or, if nothing was, refuses
-        on the stale evidence itself."""
+        In a run whose guard reads stale evidence again (``guard_refreshes``) it may wait
+        in the task queue as long as it must.  Otherwise it may wait there only while the
+        drain's evidence is fresh; one that could not start in time is run once more
+        without that bound but told that an earlier one may have begun (a retried attempt
+        may have deleted members before its retry waited too long), so it finishes what
+        was begun, or, if nothing was, refuses on the stale evidence itself."""
         s = self._state()
         assert s.phase_deadline is not None and s.target is not None
         assert s.idle_read_at is not None
@@ -214,7 +218,12 @@ class Steps:
         fresh_left = bound - (workflow.now() - s.idle_read_at)
         try:
             return await self._delete_once(
-                schedule_to_start=max(fresh_left, timedelta(seconds=1)), may_have_begun=False
+                # A guard that reads stale evidence again (``guard_refreshes``) may start
+                # late: how late only decides whether it reads the engines first.
+                schedule_to_start=None
+                if self.guard_refreshes
+                else max(fresh_left, timedelta(seconds=1)),
+                may_have_begun=False,
             )
         except ActivityError as e:
             if not queue_timeout(e):

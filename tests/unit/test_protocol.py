@@ -123,12 +123,14 @@ steps = st.lists(
 
 
 @settings(max_examples=1500, deadline=None)
-@given(steps, st.sampled_from([None, "t1"]))
+@given(steps, st.sampled_from([None, "t1"]), st.booleans())
 def test_invariants_hold_over_arbitrary_event_sequences(
-    seq: list[tuple[str, float, Phase, Verdict, str, float]], last_token: str | None
+    seq: list[tuple[str, float, Phase, Verdict, str, float]],
+    last_token: str | None,
+    guard_refreshes: bool,
 ) -> None:
     p = Progress(last_consumed_retry_token=last_token)
-    d = decide(p, Started(at=T0), budgets=BUDGETS)
+    d = decide(p, Started(at=T0), budgets=BUDGETS, guard_refreshes=guard_refreshes)
     p, now = d.progress, T0
     verified: list[Phase] = []  # VERIFIED answers accepted in this attempt, in order
     bound = freshness_bound(BUDGETS)
@@ -136,7 +138,7 @@ def test_invariants_hold_over_arbitrary_event_sequences(
         now = now + timedelta(seconds=dt)
         e = _event(kind, now, phase, verdict, token, age)
         before = p
-        d = decide(p, e, budgets=BUDGETS)
+        d = decide(p, e, budgets=BUDGETS, guard_refreshes=guard_refreshes)
         p = d.progress
         if isinstance(e, Answered) and e.verdict is Verdict.VERIFIED and e.phase is before.phase:
             verified.append(e.phase)
@@ -146,8 +148,13 @@ def test_invariants_hold_over_arbitrary_event_sequences(
             assert verified.index(Phase.WITHDRAWING) < verified.index(Phase.DRAINING)
             assert p.withdrawn_at is not None and p.drained_at is not None
             assert p.drained_at >= p.withdrawn_at
-            # ... and no Delete on evidence older than the bound.
-            assert p.idle_read_at is not None and now - p.idle_read_at <= bound
+            # ... and no Delete on evidence older than the bound, unless the delete's
+            # guard takes it again itself (and the decision says so).
+            assert p.idle_read_at is not None
+            if not guard_refreshes:
+                assert now - p.idle_read_at <= bound
+            elif now - p.idle_read_at > bound:
+                assert "the delete's guard reads the engines again first" in p.reasons[-1]
         # UNKNOWN never advances.
         if isinstance(e, Answered) and e.verdict is Verdict.UNKNOWN:
             assert not isinstance(d.action, Delete)
@@ -279,9 +286,12 @@ def test_held_members_are_rechecked_on_a_backoff_and_a_long_hold_carries_on() ->
     assert d.action == CarryOn()
 
 
-def _drained(evidence_age_s: float, *, acted_after_s: float = 0.0) -> Decision:
+def _drained(
+    evidence_age_s: float, *, acted_after_s: float = 0.0, guard_refreshes: bool = False
+) -> Decision:
     """An attempt whose drain VERIFIED on an idle read ``evidence_age_s`` old, decided
-    ``acted_after_s`` after the drain answered (a workflow task that ran late)."""
+    ``acted_after_s`` after the drain answered (a workflow task that ran late), by a run
+    whose delete guard takes stale evidence again (``guard_refreshes``) or not."""
     p = decide(Progress(), Started(at=T0), budgets=BUDGETS).progress
     d = decide(p, Admitted(at=T0, restorable=MEMBERS), budgets=BUDGETS)
     at = T0
@@ -296,6 +306,7 @@ def _drained(evidence_age_s: float, *, acted_after_s: float = 0.0) -> Decision:
                 evidence_at=at - timedelta(seconds=evidence_age_s),
             ),
             budgets=BUDGETS,
+            guard_refreshes=guard_refreshes,
         )
     return d
 
@@ -311,6 +322,27 @@ def test_stale_drain_evidence_is_drained_again_never_deleted_on() -> None:
     bound = freshness_bound(BUDGETS).total_seconds()
     assert isinstance(_drained(bound).action, Delete)
     assert _drained(bound + 1).action == RunPhase(Phase.DRAINING)
+
+
+def test_stale_drain_evidence_goes_to_a_guard_that_reads_it_again() -> None:
+    """A run whose delete guard takes stale evidence again: the delete, told why; the
+    evidence handed on is the drain's own (the guard reads again, it does not trust it)."""
+    late = _drained(0, acted_after_s=96, guard_refreshes=True)
+    assert isinstance(late.action, Delete) and late.progress.phase is Phase.DELETING
+    assert late.progress.idle_read_at is not None and late.progress.drained_at is not None
+    [note] = [r for r in late.progress.reasons if "reads the engines again" in r]
+    assert note.startswith("the drain's last idle read is 96 s old")
+    fresh = _drained(0, guard_refreshes=True)
+    assert isinstance(fresh.action, Delete)
+    assert not any("reads the engines again" in r for r in fresh.progress.reasons)
+    # A refusal of that guard (not idle again, a read that failed) drains again.
+    again = decide(
+        late.progress,
+        NotDeleted(at=T0 + timedelta(seconds=100), verdict=Verdict.UNKNOWN, reason="not idle"),
+        budgets=BUDGETS,
+        guard_refreshes=True,
+    )
+    assert again.action == RunPhase(Phase.DRAINING) and again.progress.idle_read_at is None
 
 
 def test_a_refused_delete_drains_again_or_aborts_and_a_kept_cancel_intent_acts() -> None:

@@ -75,6 +75,8 @@ class FakeWorld:
     behaviour: dict[str, Behaviour] = field(default_factory=dict)
     refusal: str = ""
     calls: list[str] = field(default_factory=list)
+    #: What each delete run was handed.
+    delete_inputs: list[PhaseInput] = field(default_factory=list)
     published: list[PublishInput] = field(default_factory=list)
     admissions: int = 0
     #: How many restore runs still find the members not qualifying (held).
@@ -177,6 +179,7 @@ class FakeWorld:
 
     async def _delete(self, inp: PhaseInput) -> DeleteResult:
         self.calls.append("delete")
+        self.delete_inputs.append(inp)
         self.started_event("delete").set()
         mode = self.behaviour.get("delete")
         if mode == "hang":

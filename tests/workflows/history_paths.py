@@ -148,6 +148,16 @@ async def complete(c: Ctx) -> list[Run]:
     return [("complete", await h.fetch_history())]
 
 
+async def stale_evidence(c: Ctx) -> list[Run]:
+    """The drain's answer rests on an idle read a minute old when it is decided on: the
+    delete's guard takes it again (``GUARD_REFRESH_PATCH``), deleted and settled."""
+    c.world.behaviour["drain"] = "stale"
+    h = await c.start("stale-evidence")
+    st = await h.result()
+    assert st.outcome is Outcome.COMPLETED and c.world.calls.count("drain") == 1, c.world.calls
+    return [("stale-evidence", await h.fetch_history())]
+
+
 async def abort_and_hold(c: Ctx) -> list[Run]:
     """Aborted by the update while draining; the first restore finds the member not back
     yet, the hold's timer looks again and puts it back; a cancellation (the UI's) while
@@ -247,6 +257,7 @@ Path_ = Callable[[Ctx], Awaitable[list[Run]]]
 #: The paths that run on the time-skipping server.
 TIME_SKIPPING: list[Path_] = [
     complete,
+    stale_evidence,
     abort_and_hold,
     retry_by_signal,
     cancel_intent_end,

@@ -45,6 +45,7 @@ from workflows.wording import PHASE_ACTIVITY, backstop_summary, rerun_summary
 #: continues as new).
 EXPECTED = {
     "complete",
+    "stale-evidence",
     "abort-hold",
     "retry-signal-1",
     "retry-signal-2",
@@ -119,6 +120,13 @@ def test_the_recorded_paths_are_what_they_say() -> None:
     here, not as a replay that proves little)."""
     ends = {name: EventType.Name(history.events[-1].event_type) for name, history in recorded()}
     assert ends["complete"] == "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED"
+    assert ends["stale-evidence"] == "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED"
+    activities = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in dict(recorded())["stale-evidence"].events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert activities.count("drain") == 1 and "delete" in activities, activities
     assert ends["abort-hold"] == "EVENT_TYPE_WORKFLOW_TASK_COMPLETED"  # still held
     for first in ("retry-signal-1", "long-hold-continued-1"):
         assert ends[first] == "EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW", first
