@@ -11,7 +11,10 @@ the product's view of itself.
   the replica keeps its label and the gateway's selection for a minute, and the watcher
   does not start the same intent again;
 - the label put back by a person between the drain's last round and the delete: the
-  delete's last guard keeps the replica.
+  delete's last guard keeps the replica;
+- the drain's answer decided on a minute late (a workflow task in a fleet's herd): the
+  delete's guard reads the real engine again through ``pods/exec`` before it deletes,
+  and keeps the replica while the engine reads busy.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -257,3 +261,104 @@ async def test_a_label_put_back_between_the_last_drain_round_and_the_delete_keep
                 lambda: url_of(victim) in gateway_urls(router), what="gateway selects it"
             )
             await finish(handle)
+
+
+class LateDrain:
+    """The drain activity as the worker runs it, whose first VERIFIED answer reaches the
+    workflow as if its workflow task had run a minute late (its idle read stamped 60 s
+    earlier: past the freshness bound).  With ``then_busy`` the engine then reads one
+    request running (the emulator's stale-gauges trap) until the test clears it."""
+
+    def __init__(self, acts: RetirementActivities, ctx: Ctx, hub: str, *, then_busy: bool) -> None:
+        self._acts, self._ctx, self._hub, self._busy = acts, ctx, hub, then_busy
+        self.runs = 0
+
+    @activity.defn(name="drain")
+    def drain(self, inp: PhaseInput) -> Observation:
+        obs = self._acts.drain(inp)
+        self.runs += 1
+        if obs.verdict is not Verdict.VERIFIED or self.runs > 1:
+            return obs
+        assert obs.evidence_at is not None
+        if self._busy:
+            self._ctx.bed.hub_call("POST", f"/pods/{self._hub}/traps", {"stale_gauges": [1, 0]})
+        return obs.model_copy(update={"evidence_at": obs.evidence_at - timedelta(seconds=60)})
+
+
+async def late_drain_worker(
+    ctx: Ctx, name: str, *, then_busy: bool
+) -> tuple[Any, LateDrain, Any, Any]:
+    """A deployment behind the real SGLang gateway, its victim, and what a worker needs to
+    run its retirement with ``LateDrain`` for the drain."""
+    await deploy(ctx, name)
+    victim = pods_of(ctx, name, 1)[0]
+    hub = ctx.bed.operators[-1].hub_pod(victim.metadata.uid)
+    acts = RetirementActivities(Kube.from_config(kubeconfig=str(ctx.bed.cp.kubeconfig)))
+    late = LateDrain(acts, ctx, hub, then_busy=then_busy)
+    activities = [a for a in acts.all() if a.__name__ != "drain"] + [late.drain]
+    return victim, late, activities, hub
+
+
+def pod_uid(ctx: Ctx, name: str) -> str | None:
+    pods = ctx.core.list_namespaced_pod(ctx.ns, field_selector=f"metadata.name={name}").items
+    return pods[0].metadata.uid if pods else None
+
+
+async def test_stale_evidence_is_read_again_on_the_real_engine_before_the_delete(
+    ctx: Ctx,
+) -> None:
+    name = "late-idle"
+    victim, late, activities, _ = await late_drain_worker(ctx, name, then_busy=False)
+    queue = f"{ctx.queue}-{name}"
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        async with Worker(
+            ctx.client,
+            task_queue=queue,
+            workflows=[RetirementWorkflow],
+            workflow_runner=workflow_runner(converter=ctx.client.data_converter),
+            activities=activities,
+            activity_executor=pool,
+            max_concurrent_activities=8,
+            max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+        ):
+            handle = await retire(ctx, name, 1, queue=queue)
+            st = await until(handle, lambda st: st.outcome is not Outcome.RUNNING, timeout=90)
+    assert st.outcome is Outcome.COMPLETED, st.reasons
+    assert late.runs == 1  # no second drain activity: the guard took the proof again
+    assert any("the delete's guard reads the engines again first" in r for r in st.reasons)
+    assert st.deleted is not None and st.deleted.deleted == [victim.metadata.name]
+    assert await asyncio.to_thread(pod_uid, ctx, victim.metadata.name) != victim.metadata.uid
+
+
+async def test_stale_evidence_read_again_busy_keeps_the_replica_until_it_is_idle(
+    ctx: Ctx,
+) -> None:
+    name = "late-busy"
+    victim, late, activities, hub = await late_drain_worker(ctx, name, then_busy=True)
+    queue = f"{ctx.queue}-{name}"
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        async with Worker(
+            ctx.client,
+            task_queue=queue,
+            workflows=[RetirementWorkflow],
+            workflow_runner=workflow_runner(converter=ctx.client.data_converter),
+            activities=activities,
+            activity_executor=pool,
+            max_concurrent_activities=8,
+            max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+        ):
+            handle = await retire(ctx, name, 1, queue=queue)
+            st = await until(
+                handle, lambda st: any("read again it is not idle" in r for r in st.reasons)
+            )
+            # The refusal is recorded: the API server still has the very same Pod.
+            assert st.deleted is None
+            assert (
+                await asyncio.to_thread(pod_uid, ctx, victim.metadata.name) == victim.metadata.uid
+            )
+            assert any("delete refused" in r and "draining again" in r for r in st.reasons)
+            ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"clear": True})
+            st = await until(handle, lambda st: st.outcome is not Outcome.RUNNING, timeout=90)
+    assert st.outcome is Outcome.COMPLETED, st.reasons
+    assert late.runs >= 2
+    assert await asyncio.to_thread(pod_uid, ctx, victim.metadata.name) != victim.metadata.uid
