@@ -10,9 +10,9 @@ task ran, before one was young enough (2026-12-05).  Each new drain cost execs a
 more workflow tasks in the same herd, so the lag fed itself.
 
 So the guard, finding the evidence stale, takes the proof again itself, immediately
-before the delete: by the drain's own rule and reads (``activities.drain.drain``,
-afresh: nothing is carried over from any earlier attempt), bounded by ``REFRESH_S``.  The
-same identity-bound exec reads, the same re-check of labels, Services and routers after
+before the delete: by the drain's own rounds (``activities.drain.DrainRounds``, afresh:
+nothing is carried over from any earlier attempt), bounded by ``REFRESH_S``.  The same
+identity-bound exec reads, the same re-check of labels, Services and routers after
 them, two consecutive idle reads with unchanged counters (both in one exec with the exact
 count), SGLang's settle.  VERIFIED: the guard goes on to its own checks, and the evidence
 is now seconds old.  FAILED (the label put back, a member replaced) passes through: the
