@@ -44,18 +44,22 @@ def delete(
     with every failure named (retryable when any of them is: the retry is idempotent) and
     the Workload is left for that retry: a member Pod of it may still be there.
 
-    Evidence older than the freshness bound is taken again first (``activities.refresh``,
-    in the worker's ``slots``): the guard then confirms on that; a drain that does not read
-    idle again refuses, touching nothing."""
+    Evidence older than the freshness bound, on this worker's clock or on the workflow's
+    (``read_again``), is taken again first (``activities.refresh``, in the worker's
+    ``slots``): the guard then confirms on that; a drain that does not read idle again
+    refuses, touching nothing.  (The activity does so in every run; only the workflow's
+    choice to send stale evidence here rather than to another drain is patched.)"""
     target = inp.target
     result = DeleteResult()
     if not ((retried or inp.delete_may_have_begun) and _begun(api, target)):
-        stale = guard.stale(inp)
+        stale = guard.stale(inp) or (
+            "the workflow found the drain's last idle read too old" if inp.read_again else ""
+        )
         if stale:
             obs = refresh.refreshed(api, inp, stale=stale, slots=slots)
             if obs.verdict is not Verdict.VERIFIED:
                 return DeleteResult(refused=obs)
-            inp = inp.model_copy(update={"evidence_at": obs.evidence_at})
+            inp = inp.model_copy(update={"evidence_at": obs.evidence_at, "read_again": False})
         refused = guard.refusal(api, inp, transport=transport)
         if refused is not None:
             return DeleteResult(refused=refused)

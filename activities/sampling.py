@@ -22,6 +22,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from activities.fairslots import DEFAULT_WAIT_SLOTS, FairSlots
+from activities.fencing import heartbeat
 from activities.metrics import count_exec_read
 from activities.oneshot import (
     EXEC_TIMEOUT_S,
@@ -155,6 +156,7 @@ def exec_oneshot(
                 f"no exec slot within {EXEC_SLOT_WAIT_S:g} s "
                 f"(this worker runs {slots.limit} reads at once now, at most {slots.size})"
             )
+        heartbeat()  # after the slot's wait: the exec's bound may follow without one
         began = time.monotonic()
         result = api.exec_pod(
             namespace=target.namespace,

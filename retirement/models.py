@@ -113,6 +113,10 @@ class PhaseInput(_Model):
     #: The delete: an earlier delete activity of this Deleting phase may have deleted
     #: members (a retried attempt knows it from its attempt number).
     delete_may_have_begun: bool = False
+    #: The delete: the workflow found the drain's evidence older than the bound when it
+    #: decided on the delete, so the guard reads the engines again whatever its own clock
+    #: says (``activities.refresh``): both clocks must find the evidence fresh, as before.
+    read_again: bool = False
     #: The mirror's snapshots to publish, in order, while the phase runs
     #: (``activities.alongside``); its result says how many went out (``mirrored``).
     mirror: list[PublishInput] = Field(default_factory=list)

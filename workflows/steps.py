@@ -206,11 +206,13 @@ class Steps:
         otherwise; once a delete is sent it runs to its end whatever arrives meanwhile.
 
         In a run whose guard reads stale evidence again (``guard_refreshes``) it may wait
-        in the task queue as long as it must.  Otherwise it may wait there only while the
-        drain's evidence is fresh; one that could not start in time is run once more
+        in the task queue up to the freshness bound, and is told when the workflow found
+        the evidence stale (``read_again``).  Otherwise it may wait there only while the
+        drain's evidence is fresh.  One that could not start in time is run once more
         without that bound but told that an earlier one may have begun (a retried attempt
         may have deleted members before its retry waited too long), so it finishes what
-        was begun, or, if nothing was, refuses on the stale evidence itself."""
+        was begun, or, if nothing was, takes the stale evidence again before any delete
+        (``activities.refresh``) or refuses."""
         s = self._state()
         assert s.phase_deadline is not None and s.target is not None
         assert s.idle_read_at is not None
@@ -219,11 +221,14 @@ class Steps:
         try:
             return await self._delete_once(
                 # A guard that reads stale evidence again (``guard_refreshes``) may start
-                # late: how late only decides whether it reads the engines first.
-                schedule_to_start=None
+                # up to the freshness bound late, however stale the evidence is now: an
+                # abort that arrives meanwhile is refused (Deleting), so that wait stays
+                # bounded as it was.
+                schedule_to_start=bound
                 if self.guard_refreshes
                 else max(fresh_left, timedelta(seconds=1)),
                 may_have_begun=False,
+                read_again=fresh_left <= timedelta(0),
             )
         except ActivityError as e:
             if not queue_timeout(e):
@@ -233,12 +238,16 @@ class Steps:
                 # deleted is in the error, and status.retirement stays for a person.
                 return Deleted(at=workflow.now(), ok=False, reason=str(e.cause or e))
         try:
-            return await self._delete_once(schedule_to_start=None, may_have_begun=True)
+            return await self._delete_once(
+                schedule_to_start=None,
+                may_have_begun=True,
+                read_again=workflow.now() - s.idle_read_at > bound,
+            )
         except ActivityError as e:
             return Deleted(at=workflow.now(), ok=False, reason=str(e.cause or e))
 
     async def _delete_once(
-        self, *, schedule_to_start: timedelta | None, may_have_begun: bool
+        self, *, schedule_to_start: timedelta | None, may_have_begun: bool, read_again: bool
     ) -> Event:
         s = self._state()
         assert s.phase_deadline is not None
@@ -248,6 +257,7 @@ class Steps:
                 "evidence_at": s.idle_read_at,
                 "fresh_s": freshness_bound(s.request.budgets).total_seconds(),
                 "delete_may_have_begun": may_have_begun,
+                "read_again": read_again,
             }
         )
         handle = workflow.start_activity_method(

@@ -6,10 +6,15 @@ engine that does not read idle again, a read that fails, or the label put back r
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from activities import RetirementActivities
+from activities.fairslots import FairSlots
+from activities.sampling import exec_oneshot
 from kube.api import ExecResult
 from retirement.budgets import Budgets
 from retirement.models import DeleteResult, PhaseInput, Target
@@ -39,8 +44,11 @@ def reads(*counts: int, in_flight: float = 0.0) -> Callable[[list[str]], ExecRes
     return run
 
 
-def delete(kube: FakeKube, target: Target, *, evidence_age_s: float) -> DeleteResult:
-    """The delete activity handed a drain whose last idle read is ``evidence_age_s`` old."""
+def delete(
+    kube: FakeKube, target: Target, *, evidence_age_s: float, read_again: bool = False
+) -> DeleteResult:
+    """The delete activity handed a drain whose last idle read is ``evidence_age_s`` old
+    (``read_again``: the workflow found it stale on its own clock)."""
     now = datetime.now(UTC)
     inp = PhaseInput(
         target=target,
@@ -48,6 +56,7 @@ def delete(kube: FakeKube, target: Target, *, evidence_age_s: float) -> DeleteRe
         poll_interval_s=0.01,
         evidence_at=now - timedelta(seconds=evidence_age_s),
         fresh_s=BOUND_S,
+        read_again=read_again,
     )
     result: DeleteResult = attempt_env().run(RetirementActivities(kube).delete, inp)
     return result
@@ -129,3 +138,59 @@ def test_a_member_replaced_meanwhile_is_never_read_or_deleted() -> None:
     result = delete(kube, target, evidence_age_s=60)
     assert result.refused is not None and result.refused.verdict is Verdict.FAILED
     assert kube.called("delete_pod") == [] and kube.called("exec_pod") == []
+
+
+def test_evidence_the_workflow_found_stale_is_read_again_whatever_this_clock_says() -> None:
+    """The workflow's clock found the evidence past the bound; this worker's clock (behind
+    the drain worker's) finds it 1 s old: it is read again all the same, so both clocks
+    must find it fresh, as when the workflow drained again instead."""
+    kube, target = admitted(victim(args=EXACT), sibling())
+    kube.script_exec("llm-1", reads(1))
+    result = delete(kube, target, evidence_age_s=1, read_again=True)
+    assert result.refused is not None and result.refused.verdict is Verdict.UNKNOWN
+    assert "workflow found the drain's last idle read too old" in result.refused.reason
+    assert kube.called("delete_pod") == []
+    kube, target = admitted(victim(args=EXACT), sibling())
+    kube.script_exec("llm-1", reads(0))
+    result = delete(kube, target, evidence_age_s=1, read_again=True)
+    assert result.deleted == ["llm-1"] and len(kube.called("exec_pod")) == 1
+
+
+def test_a_read_heartbeats_between_its_exec_slot_wait_and_its_exec() -> None:
+    """A read may wait its exec slot (3 s) and then run its exec (5 s): without a heartbeat
+    between them a delete attempt's claim (heartbeat timeout 10 s less its margins) would
+    be lost before its first delete (``activities.fencing``)."""
+    kube, target = admitted(victim(args=EXACT), sibling())
+    [m] = target.members
+    began: list[float] = []
+    released: list[float] = []
+    beats: list[float] = []
+
+    def run(argv: list[str]) -> ExecResult:
+        began.append(time.monotonic())
+        return reads(0)(argv)
+
+    kube.script_exec("llm-1", run)
+    slots = FairSlots(1)
+    taken = threading.Event()
+
+    def holder() -> None:
+        with slots.slot(5.0, "someone-else") as got:
+            assert got
+            taken.set()
+            time.sleep(0.3)
+            released.append(time.monotonic())
+
+    other = threading.Thread(target=holder)
+    other.start()
+    taken.wait(5)
+    env = attempt_env()
+
+    def beat(*_: Any) -> None:
+        beats.append(time.monotonic())
+
+    env.on_heartbeat = beat
+    out, err = env.run(exec_oneshot, kube, target, m, twice=True, slots=slots)
+    other.join()
+    assert err == "" and out
+    assert any(released[0] <= b <= began[0] for b in beats), (released, beats, began)

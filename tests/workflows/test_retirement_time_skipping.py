@@ -645,6 +645,7 @@ async def test_a_delete_refused_by_its_last_guard_drains_again_then_deletes(
     phases = [p for p, _ in st.phase_timeline]
     assert phases[3:7] == [Phase.DRAINING, Phase.DELETING, Phase.DRAINING, Phase.DELETING]
     assert any("delete refused: router" in r and "draining again" in r for r in st.reasons)
+    assert [d.read_again for d in world.delete_inputs] == [False, False]  # fresh evidence
     await record(handle)
 
 
@@ -677,6 +678,7 @@ async def test_drain_evidence_stale_when_acted_on_goes_to_the_guard_that_reads_i
     assert world.calls == ["admit", "disqualify", "withdraw", "drain", "delete", "settle"]
     assert any("old" in r and "the delete's guard reads the engines again" in r for r in st.reasons)
     [delete] = world.delete_inputs
+    assert delete.read_again  # the workflow's clock found it stale: read again, whatever
     assert delete.evidence_at is not None and delete.fresh_s is not None
     deleting = next(at for phase, at in st.phase_timeline if phase is Phase.DELETING)
     assert (deleting - delete.evidence_at).total_seconds() > delete.fresh_s
