@@ -23,7 +23,9 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -209,6 +211,24 @@ async def test_a_ui_cancel_with_the_watcher_running_keeps_the_replica_serving(
     await finish(handle)
 
 
+@asynccontextmanager
+async def worker_with(ctx: Ctx, queue: str, activities: list[Any]) -> AsyncIterator[None]:
+    """A worker running RetirementWorkflow (the product's runner) and ``activities`` on
+    ``queue`` (eight activity threads), for a test that replaces one of the activities."""
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        async with Worker(
+            ctx.client,
+            task_queue=queue,
+            workflows=[RetirementWorkflow],
+            workflow_runner=workflow_runner(converter=ctx.client.data_converter),
+            activities=activities,
+            activity_executor=pool,
+            max_concurrent_activities=8,
+            max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+        ):
+            yield
+
+
 class PersonRelabels:
     """The drain activity as the worker runs it, after which (its last round read idle, the
     delete not yet begun) a person puts the eligibility label back with kubectl."""
@@ -238,29 +258,20 @@ async def test_a_label_put_back_between_the_last_drain_round_and_the_delete_keep
     acts = RetirementActivities(kube)
     person = PersonRelabels(acts, ctx, victim.metadata.name)
     queue = f"{ctx.queue}-relabel"
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        async with Worker(
-            ctx.client,
-            task_queue=queue,
-            workflows=[RetirementWorkflow],
-            workflow_runner=workflow_runner(converter=ctx.client.data_converter),
-            activities=[a for a in acts.all() if a.__name__ != "drain"] + [person.drain],
-            activity_executor=pool,
-            max_concurrent_activities=8,
-            max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-        ):
-            handle = await retire(ctx, name, 1, queue=queue)
-            st = await until(handle, settled, timeout=90)
-            assert person.relabelled
-            assert st.deleted is None, st.deleted
-            assert any("delete refused: label re-added by someone else" in r for r in st.reasons)
-            assert Phase.DELETING in [p for p, _ in st.phase_timeline]
-            # The API server still has the replica, the same Pod, labelled and routed to.
-            assert await asyncio.to_thread(label_of, ctx, victim) == "true"
-            await eventually_in_thread(
-                lambda: url_of(victim) in gateway_urls(router), what="gateway selects it"
-            )
-            await finish(handle)
+    activities = [a for a in acts.all() if a.__name__ != "drain"] + [person.drain]
+    async with worker_with(ctx, queue, activities):
+        handle = await retire(ctx, name, 1, queue=queue)
+        st = await until(handle, settled, timeout=90)
+        assert person.relabelled
+        assert st.deleted is None, st.deleted
+        assert any("delete refused: label re-added by someone else" in r for r in st.reasons)
+        assert Phase.DELETING in [p for p, _ in st.phase_timeline]
+        # The API server still has the replica, the same Pod, labelled and routed to.
+        assert await asyncio.to_thread(label_of, ctx, victim) == "true"
+        await eventually_in_thread(
+            lambda: url_of(victim) in gateway_urls(router), what="gateway selects it"
+        )
+        await finish(handle)
 
 
 class LateDrain:
@@ -310,19 +321,9 @@ async def test_stale_evidence_is_read_again_on_the_real_engine_before_the_delete
     name = "late-idle"
     victim, late, activities, _ = await late_drain_worker(ctx, name, then_busy=False)
     queue = f"{ctx.queue}-{name}"
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        async with Worker(
-            ctx.client,
-            task_queue=queue,
-            workflows=[RetirementWorkflow],
-            workflow_runner=workflow_runner(converter=ctx.client.data_converter),
-            activities=activities,
-            activity_executor=pool,
-            max_concurrent_activities=8,
-            max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-        ):
-            handle = await retire(ctx, name, 1, queue=queue)
-            st = await until(handle, lambda st: st.outcome is not Outcome.RUNNING, timeout=90)
+    async with worker_with(ctx, queue, activities):
+        handle = await retire(ctx, name, 1, queue=queue)
+        st = await until(handle, lambda st: st.outcome is not Outcome.RUNNING, timeout=90)
     assert st.outcome is Outcome.COMPLETED, st.reasons
     assert late.runs == 1  # no second drain activity: the guard took the proof again
     assert any("the delete's guard reads the engines again first" in r for r in st.reasons)
@@ -336,29 +337,17 @@ async def test_stale_evidence_read_again_busy_keeps_the_replica_until_it_is_idle
     name = "late-busy"
     victim, late, activities, hub = await late_drain_worker(ctx, name, then_busy=True)
     queue = f"{ctx.queue}-{name}"
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        async with Worker(
-            ctx.client,
-            task_queue=queue,
-            workflows=[RetirementWorkflow],
-            workflow_runner=workflow_runner(converter=ctx.client.data_converter),
-            activities=activities,
-            activity_executor=pool,
-            max_concurrent_activities=8,
-            max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-        ):
-            handle = await retire(ctx, name, 1, queue=queue)
-            st = await until(
-                handle, lambda st: any("read again it is not idle" in r for r in st.reasons)
-            )
-            # The refusal is recorded: the API server still has the very same Pod.
-            assert st.deleted is None
-            assert (
-                await asyncio.to_thread(pod_uid, ctx, victim.metadata.name) == victim.metadata.uid
-            )
-            assert any("delete refused" in r and "draining again" in r for r in st.reasons)
-            ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"clear": True})
-            st = await until(handle, lambda st: st.outcome is not Outcome.RUNNING, timeout=90)
+    async with worker_with(ctx, queue, activities):
+        handle = await retire(ctx, name, 1, queue=queue)
+        st = await until(
+            handle, lambda st: any("read again it is not idle" in r for r in st.reasons)
+        )
+        # The refusal is recorded: the API server still has the very same Pod.
+        assert st.deleted is None
+        assert await asyncio.to_thread(pod_uid, ctx, victim.metadata.name) == victim.metadata.uid
+        assert any("delete refused" in r and "draining again" in r for r in st.reasons)
+        ctx.bed.hub_call("POST", f"/pods/{hub}/traps", {"clear": True})
+        st = await until(handle, lambda st: st.outcome is not Outcome.RUNNING, timeout=90)
     assert st.outcome is Outcome.COMPLETED, st.reasons
     assert late.runs >= 2
     assert await asyncio.to_thread(pod_uid, ctx, victim.metadata.name) != victim.metadata.uid
