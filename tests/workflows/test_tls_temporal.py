@@ -27,7 +27,6 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
 from cli.main import main as cli_main
 from connection.client import connect, connect_retrying
@@ -40,12 +39,9 @@ from testbed.pki import make_client_cert, make_pki
 from testbed.tls_front import FrontConnection, TlsFront
 from tests.helpers import eventually, eventually_async
 from tests.helpers.dev_server import start
-from tests.workflows.fakes import FakeWorld
+from tests.workflows.fakes import FakeWorld, running
 from watcher.retirements import Retirements
 from watcher.running import RunningSet
-from worker.build import workflow_runner
-from workflows.options import HEARTBEAT_THROTTLE
-from workflows.retirement import RetirementWorkflow
 
 pytestmark = [pytest.mark.devserver, pytest.mark.asyncio(loop_scope="session")]
 
@@ -369,15 +365,7 @@ async def test_a_retirement_completes_with_its_worker_and_client_over_mtls(
     before = len(mtls_front.connections)
     client = await connect(mtls_settings(mtls_front, certs))
     world = FakeWorld()
-    queue = f"tls-{uuid.uuid4().hex[:8]}"
-    async with Worker(
-        client,
-        task_queue=queue,
-        workflows=[RetirementWorkflow],
-        workflow_runner=workflow_runner(converter=client.data_converter),
-        activities=world.activities(),
-        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-    ):
+    async with running(client, world) as queue:
         handle = await start(client, queue)
         state: RetirementState = await asyncio.wait_for(handle.result(), 60)
     assert state.outcome is Outcome.COMPLETED, state

@@ -8,11 +8,9 @@ from __future__ import annotations
 import asyncio
 import socket
 import urllib.request
-import uuid
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
 from connection.client import connect
 from connection.settings import ConnectionSettings
@@ -20,11 +18,8 @@ from retirement.phases import Outcome, Phase
 from tests.helpers import eventually_async
 from tests.helpers.dev_server import start, until
 from tests.helpers.retirements import end_retirement
-from tests.workflows.fakes import FakeWorld
-from worker.build import workflow_runner
+from tests.workflows.fakes import FakeWorld, running
 from worker.telemetry import runtime_serving_metrics
-from workflows.options import HEARTBEAT_THROTTLE
-from workflows.retirement import RetirementWorkflow
 
 pytestmark = [pytest.mark.devserver, pytest.mark.asyncio(loop_scope="session")]
 
@@ -49,15 +44,8 @@ async def test_the_worker_serves_sdk_and_retirement_metrics(dev_env: WorkflowEnv
         ConnectionSettings(address=target, namespace="default"),
         runtime=runtime_serving_metrics(address),
     )
-    world, queue = FakeWorld(), f"tq-{uuid.uuid4().hex[:8]}"
-    async with Worker(
-        client,
-        task_queue=queue,
-        workflows=[RetirementWorkflow],
-        workflow_runner=workflow_runner(converter=client.data_converter),
-        activities=world.activities(),
-        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-    ):
+    world = FakeWorld()
+    async with running(client, world) as queue:
         done = await start(client, queue)
         await asyncio.wait_for(done.result(), 30)
         world.behaviour["drain"] = "failed"
