@@ -365,22 +365,23 @@ class ControlPlane:
     def _ssl(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.pki.ca_cert))
 
-    def _get(self, path: str) -> str:
-        """GET ``path`` as the admin; the body as text."""
-        return self._raw("GET", path, None).decode()
+    def _get(self, path: str, *, accept: str | None = None) -> str:
+        """GET ``path`` as the admin; the body as text (``accept``: the Accept header, for
+        example a metadata-only list)."""
+        return self._raw("GET", path, None, accept=accept).decode()
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """A JSON request as the admin; the decoded answer."""
         return json.loads(self._raw(method, path, body) or b"null")
 
-    def _raw(self, method: str, path: str, body: dict[str, Any] | None) -> bytes:
+    def _raw(
+        self, method: str, path: str, body: dict[str, Any] | None, *, accept: str | None = None
+    ) -> bytes:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(
-            self.server + path,
-            data=data,
-            method=method,
-            headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"},
-        )
+        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}
+        if accept:
+            headers["Accept"] = accept
+        req = urllib.request.Request(self.server + path, data=data, method=method, headers=headers)
         opener = urllib.request.build_opener(
             urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=self._ssl())
         )
