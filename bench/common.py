@@ -93,6 +93,27 @@ class DevServer:
                 out[op] = out.get(op, 0.0) + s.value
         return out
 
+    def latencies(self) -> dict[tuple[str, str, str], tuple[float, float]]:
+        """(histogram, service, operation) -> (count, sum of seconds) so far, of the dev
+        server's ``persistence_latency`` (its database calls) and ``service_latency`` (its
+        services' handling of each request) histograms (its ``/metrics``)."""
+        url = f"http://{self.cfg.host}:{self.cfg.metrics_port}/metrics"
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(url, timeout=10) as r:
+            text = r.read().decode()
+        out: dict[tuple[str, str, str], tuple[float, float]] = {}
+        for fam in text_string_to_metric_families(text):
+            if fam.name not in ("persistence_latency", "service_latency"):
+                continue
+            for s in fam.samples:
+                kind = s.name.rpartition("_")[2]
+                if kind not in ("count", "sum"):
+                    continue
+                key = (fam.name, s.labels.get("service_name", "?"), s.labels.get("operation", "?"))
+                count, total = out.get(key, (0.0, 0.0))
+                out[key] = (count + s.value, total) if kind == "count" else (count, total + s.value)
+        return out
+
 
 def start_temporal(state_dir: Path) -> DevServer:
     """Start a dev server from ``temporal-dev.yaml`` on free ports (metrics on)."""

@@ -175,6 +175,46 @@ def victims_left(bed: Bed, namespaces: list[str]) -> int:
     return left
 
 
+#: The history service's operations whose mean latency the report prints: a workflow
+#: task's start and completion and an activity's completion (each one database write).
+HISTORY_OPS = (
+    "RecordWorkflowTaskStarted",
+    "RespondWorkflowTaskCompleted",
+    "RespondActivityTaskCompleted",
+)
+
+
+def server_costs(
+    after: dict[tuple[str, str, str], tuple[float, float]],
+    before: dict[tuple[str, str, str], tuple[float, float]],
+    n: int,
+) -> dict[str, float]:
+    """What the run cost the Temporal server (``DevServer.latencies`` before and after):
+    its database calls and database seconds per retirement, workflow-state writes
+    (``UpdateWorkflowExecution``) per retirement, and the mean latency in ms of
+    ``HISTORY_OPS`` in its history service."""
+
+    def delta(key: tuple[str, str, str]) -> tuple[float, float]:
+        (c1, s1), (c0, s0) = after.get(key, (0.0, 0.0)), before.get(key, (0.0, 0.0))
+        return c1 - c0, s1 - s0
+
+    db = [delta(k) for k in after if k[0] == "persistence_latency"]
+    updates = sum(
+        delta(k)[0]
+        for k in after
+        if k[0] == "persistence_latency" and k[2] == "UpdateWorkflowExecution"
+    )
+    out = {
+        "db_calls_per_retirement": sum(c for c, _ in db) / n,
+        "db_s_per_retirement": sum(t for _, t in db) / n,
+        "updates_per_retirement": updates / n,
+    }
+    for op in HISTORY_OPS:
+        count, total = delta(("service_latency", "history", op))
+        out[f"{op}_ms"] = 1000 * total / count if count else float("nan")
+    return out
+
+
 def event_line(workflow_id: str, ev: Any) -> dict[str, Any]:
     """One history event as a line of the run's timelines file: what happened when (the
     activity's name on a schedule, the scheduling event on a start or completion)."""
@@ -340,6 +380,7 @@ async def one_fleet(
         kwok = next(c for c in bed.cp.children if c.name == "kwok")
         api0, cpu0, kcpu0 = apiserver_requests(bed), worker.cpu_s(), cpu_seconds(kwok.pid)
         tcpu0, rpc0 = cpu_seconds(dev.child.pid), dev.frontend_requests()
+        lat0 = dev.latencies()
         t_start = time.time()
 
         def watch_deletions() -> None:
@@ -427,6 +468,7 @@ async def one_fleet(
         cpu1, rss, hwm = worker.cpu_s(), worker.rss_mib(), worker.rss_mib("VmHWM")
         kcpu1, tcpu1 = cpu_seconds(kwok.pid), cpu_seconds(dev.child.pid)
         rpc1 = dev.frontend_requests()
+        lat1 = dev.latencies()
         api1 = apiserver_requests(bed)
         done.set()
         poller.join(timeout=5)
@@ -530,6 +572,7 @@ async def one_fleet(
         "wft_per_retirement": len(wft_lags) / n,
         "wft_timeouts": wft_timeouts,
         "temporal_cpu_s": tcpu1 - tcpu0,
+        "temporal_server": server_costs(lat1, lat0, n),
         "rpc_per_retirement": {
             op: (v - rpc0.get(op, 0.0)) / n for op, v in rpc1.items() if v > rpc0.get(op, 0.0)
         },
@@ -653,6 +696,15 @@ def report(results: list[dict[str, Any]]) -> None:
                 f"{r['wft_timeouts']} timed out (a sticky task not started in time is one); "
                 f"the Temporal server used {r['temporal_cpu_s']:.1f} CPU s"
             )
+            ts = r.get("temporal_server")
+            if ts:
+                print(
+                    f"  N={r['n']}: the Temporal server per retirement: "
+                    f"{ts['db_calls_per_retirement']:.0f} database calls "
+                    f"({ts['updates_per_retirement']:.0f} workflow-state writes), "
+                    f"{ts['db_s_per_retirement']:.2f} database s; its history service's mean "
+                    "latency: " + ", ".join(f"{op} {ts[op + '_ms']:.0f} ms" for op in HISTORY_OPS)
+                )
             rpcs = sorted(r["rpc_per_retirement"].items(), key=lambda kv: -kv[1])
             print(
                 f"  N={r['n']}: Temporal RPCs per retirement {sum(v for _, v in rpcs):.0f}: "
