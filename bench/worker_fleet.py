@@ -21,9 +21,13 @@ Figures per N:
   thread count (sampled every ~5 s), and kwok's CPU seconds with its reaped children
   (every exec'd one-shot runs there);
 * ``pods/exec`` requests per second (``apiserver_request_total{resource="pods",
-  subresource="exec"}`` over the run), and all API requests per retirement;
+  subresource="exec"}`` over the run), and all API requests per retirement, also by verb
+  and resource (the bed's own controllers' included);
 * workflow tasks per retirement and how many timed out (a sticky task not started in
-  time), the Temporal server's CPU seconds and its frontend RPCs per retirement.
+  time), the Temporal server's CPU seconds and its frontend RPCs per retirement, its
+  database calls, database seconds and workflow-state writes per retirement, and its
+  history service's mean latency of a workflow task's start and completion and of an
+  activity's completion (the server's ``persistence_latency`` and ``service_latency``).
 
 Every retirement's history events, and each victim engine's idle moment, are written to
 ``.bed/bench-worker/histories-n<N>.jsonl`` (one JSON object a line) for a closer look at
