@@ -44,8 +44,12 @@ each read, so in one shared namespace a read costs more the more deployments sha
 ``--exact`` runs the engines with ``--enable-server-load-tracking``: the drain then reads
 vLLM's own count of requests in flight (``GET /load``) beside the metrics.
 
+``--runs K`` runs every fleet size K times, each on a fresh bed and dev server, and reports
+each run and the median (at N = 200 one run's figure differs from the next by up to a
+factor of two on this 2-core bed: ``docs/benchmarks.md``); the picture draws the medians.
+
 Run: ``python -m bench worker [--fleets 10,50,200] [--busy 60] [--namespaces 1] [--split]
-[--exact]``.
+[--exact] [--runs 1]``.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ import asyncio
 import contextlib
 import json
 import re
+import statistics
 import threading
 import time
 import urllib.parse
@@ -599,27 +604,72 @@ async def one_fleet(
 
 
 async def run(
-    fleets: list[int], busy_s: float, spread: int = 1, split: bool = False, exact: bool = False
+    fleets: list[int],
+    busy_s: float,
+    spread: int = 1,
+    split: bool = False,
+    exact: bool = False,
+    runs: int = 1,
 ) -> list[dict[str, Any]]:
-    """Every fleet size on one bed and one dev server."""
+    """Every fleet size, ``runs`` times, each time on a fresh bed and dev server (so one
+    run's leftovers never weigh on the next)."""
     exit_on_sigterm()
-    bed = Bed(state_dir=REPO_ROOT / ".bed" / "bench-worker")
-    dev: DevServer | None = None
     results: list[dict[str, Any]] = []
-    try:
-        say("starting the bed and a Temporal dev server")
-        bed.start()
-        dev = start_temporal(bed.state_dir / "temporal")
-        for n in fleets:
-            results.append(
-                await one_fleet(bed, dev, n, busy_s=busy_s, spread=spread, split=split, exact=exact)
-            )
-            report(results)
-    finally:
-        if dev is not None:
-            dev.child.stop(timeout=10)
-        bed.stop()
+    for k in range(1, runs + 1):
+        if runs > 1:
+            say(f"run {k} of {runs}")
+        bed = Bed(state_dir=REPO_ROOT / ".bed" / "bench-worker")
+        dev: DevServer | None = None
+        try:
+            say("starting the bed and a Temporal dev server")
+            bed.start()
+            dev = start_temporal(bed.state_dir / "temporal")
+            for n in fleets:
+                r = await one_fleet(
+                    bed, dev, n, busy_s=busy_s, spread=spread, split=split, exact=exact
+                )
+                results.append({**r, "run": k})
+                report(results)
+        finally:
+            if dev is not None:
+                dev.child.stop(timeout=10)
+            bed.stop()
     return results
+
+
+def median_runs(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One result per N: the first run's, its numbers replaced by their median over the
+    runs of that N (for the picture, which draws one point per N)."""
+    by_n: dict[int, list[dict[str, Any]]] = {}
+    for r in results:
+        by_n.setdefault(r["n"], []).append(r)
+    out = []
+    for rs in by_n.values():
+        merged = dict(rs[0])
+        for key, value in rs[0].items():
+            if isinstance(value, float | int) and not isinstance(value, bool) and key != "n":
+                merged[key] = statistics.median(float(r[key]) for r in rs)
+        out.append(merged)
+    return out
+
+
+def spread_of_runs(results: list[dict[str, Any]]) -> list[str]:
+    """Per N run more than once: idle -> delete p50 of each run and their median, and the
+    retirements completed in each."""
+    by_n: dict[int, list[dict[str, Any]]] = {}
+    for r in results:
+        by_n.setdefault(r["n"], []).append(r)
+    lines = []
+    for n, rs in by_n.items():
+        if len(rs) < 2:
+            continue
+        p50s = [float(r.get("del_p50", float("nan"))) for r in rs]
+        lines.append(
+            f"  N={n} over {len(rs)} runs: idle→del p50 median "
+            f"{statistics.median(p50s):.1f} s ({' / '.join(f'{x:.1f}' for x in p50s)} s), "
+            f"completed {' / '.join(str(r['completed']) for r in rs)} of {n}"
+        )
+    return lines
 
 
 def report(results: list[dict[str, Any]]) -> None:
@@ -723,6 +773,8 @@ def report(results: list[dict[str, Any]]) -> None:
             )
         if r["other_kinds"] or r["busy_errors"]:
             print(f"  N={r['n']}: {r['other_kinds']} held-request errors {r['busy_errors']}")
+    for line in spread_of_runs(results):
+        print(line)
     print(
         "  idle→next = victim engine idle (its held request answered) -> the retirement "
         "leaves Draining; idle→del = the same -> its Pods deleted (Settling begins); "
@@ -786,9 +838,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run the engines with --enable-server-load-tracking (the drain reads /load)",
     )
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="run every fleet size this many times, each on a fresh bed (one run's figure "
+        "varies a lot from the next at N = 200: the report gives each and their median)",
+    )
     a = p.parse_args(argv)
     fleets = [int(x) for x in a.fleets.split(",") if x.strip()]
     # prints the table after each fleet
-    results = asyncio.run(run(fleets, a.busy, max(1, a.namespaces), a.split, a.exact))
-    picture(results)
+    results = asyncio.run(
+        run(fleets, a.busy, max(1, a.namespaces), a.split, a.exact, max(1, a.runs))
+    )
+    picture(median_runs(results))
     return 0

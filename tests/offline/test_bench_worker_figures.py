@@ -10,7 +10,13 @@ from typing import Any, cast
 
 import pytest
 
-from bench.worker_fleet import METADATA_ONLY, server_costs, victims_left
+from bench.worker_fleet import (
+    METADATA_ONLY,
+    median_runs,
+    server_costs,
+    spread_of_runs,
+    victims_left,
+)
 from testbed.bed import Bed
 
 Lat = dict[tuple[str, str, str], tuple[float, float]]
@@ -65,3 +71,20 @@ def test_victims_left_counts_metadata_only_lists_an_empty_one_null() -> None:
     assert victims_left(cast(Bed, FakeBed(cp)), ["a", "b"]) == 3
     assert [accept for _, accept in cp.asked] == [METADATA_ONLY, METADATA_ONLY]
     assert all("labelSelector=" in path for path, _ in cp.asked)
+
+
+def test_runs_of_one_size_are_reported_each_and_drawn_by_their_median() -> None:
+    results = [
+        {"n": 50, "run": 1, "del_p50": 8.0, "completed": 50, "cpu_s": 8, "exact": True},
+        {"n": 200, "run": 1, "del_p50": 43.5, "completed": 200, "cpu_s": 50, "exact": True},
+        {"n": 200, "run": 2, "del_p50": 69.5, "completed": 199, "cpu_s": 60, "exact": True},
+        {"n": 200, "run": 3, "del_p50": 54.6, "completed": 200, "cpu_s": 55, "exact": True},
+    ]
+    lines = spread_of_runs(results)
+    assert len(lines) == 1  # N = 50 ran once: nothing to summarise
+    assert "N=200 over 3 runs" in lines[0] and "median 54.6 s" in lines[0]
+    assert "43.5 / 69.5 / 54.6 s" in lines[0] and "200 / 199 / 200 of 200" in lines[0]
+    drawn = median_runs(results)
+    assert [d["n"] for d in drawn] == [50, 200]
+    assert drawn[1]["del_p50"] == 54.6 and drawn[1]["cpu_s"] == 55
+    assert drawn[1]["exact"] is True  # flags are kept, not averaged
