@@ -263,7 +263,6 @@ class EngineEmulator:
             for srv in servers:
                 thread = threading.Thread(
                     target=srv.serve_forever,
-                    kwargs={"poll_interval": 0.05},
                     name=f"emulator-{self.spec.name}-{srv.port}",
                     daemon=True,
                 )

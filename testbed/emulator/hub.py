@@ -75,7 +75,7 @@ class EmulatorHub:
             if self._closed:
                 return
             self._serving = True
-        self._server.serve_forever(poll_interval=0.1)
+        self._server.serve_forever()
 
     def start_background(self) -> threading.Thread:
         """Run :meth:`serve_forever` in a daemon thread and return it."""

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import queue
+import selectors
 import socket
 import socketserver
 import threading
@@ -70,7 +72,13 @@ class App(Protocol):
 
 
 class Server(ThreadingHTTPServer):
-    """A threaded HTTP server that remembers its open connections so they can be cut."""
+    """A threaded HTTP server that remembers its open connections so they can be cut.
+
+    It waits for connections without polling: ``socketserver``'s loop wakes every
+    ``poll_interval`` to see whether it should stop, and a hub of 400 engines, each with
+    its own server, woke 8,000 times a second doing nothing (~22 CPU s of a worker
+    benchmark run at N = 200, on the cores the measured worker shares).  Here the loop
+    sleeps until a connection arrives or ``shutdown`` wakes it through a pipe."""
 
     allow_reuse_address = True
     daemon_threads = True
@@ -81,8 +89,50 @@ class Server(ThreadingHTTPServer):
         self.app = app
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        self._stopped.set()  # not serving: a shutdown now returns at once
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         super().__init__(address, Handler)
+
+    def serve_forever(self, poll_interval: float | None = None) -> None:
+        """Handle requests until ``shutdown`` (``poll_interval``: a backstop wake-up only;
+        None, the default: none)."""
+        self._stopped.clear()
+        try:
+            with selectors.DefaultSelector() as sel:
+                sel.register(self, selectors.EVENT_READ)
+                sel.register(self._wake_r, selectors.EVENT_READ)
+                while not self._stop.is_set():
+                    ready = sel.select(poll_interval)
+                    if self._stop.is_set():
+                        break
+                    if any(key.fileobj is self for key, _ in ready):
+                        # socketserver's own step (accept, never block; not in typeshed)
+                        cast(Any, self)._handle_request_noblock()
+                    self.service_actions()
+        finally:
+            self._stop.clear()
+            with contextlib.suppress(OSError):
+                while os.read(self._wake_r, 512):
+                    pass
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        """Stop ``serve_forever`` and wait until it has returned (from another thread)."""
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"x")
+        self._stopped.wait()
+
+    def server_close(self) -> None:
+        """Close the listening socket and the wake-up pipe."""
+        super().server_close()
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     @property
     def port(self) -> int:
