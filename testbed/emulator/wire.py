@@ -99,9 +99,12 @@ class Server(ThreadingHTTPServer):
 
     def serve_forever(self, poll_interval: float | None = None) -> None:
         """Handle requests until ``shutdown`` (``poll_interval``: a backstop wake-up only;
-        None, the default: none)."""
+        None, the default: none).  A shutdown that came first ends it before it touches
+        anything (the server may be closed by then)."""
         self._stopped.clear()
         try:
+            if self._stop.is_set():
+                return
             with selectors.DefaultSelector() as sel:
                 sel.register(self, selectors.EVENT_READ)
                 sel.register(self._wake_r, selectors.EVENT_READ)
@@ -109,15 +112,15 @@ class Server(ThreadingHTTPServer):
                     ready = sel.select(poll_interval)
                     if self._stop.is_set():
                         break
-                    if any(key.fileobj is self for key, _ in ready):
-                        # socketserver's own step (accept, never block; not in typeshed)
-                        cast(Any, self)._handle_request_noblock()
+                    for key, _ in ready:
+                        if key.fileobj is self:
+                            # socketserver's own step (accept, never block; not in typeshed)
+                            cast(Any, self)._handle_request_noblock()
+                        else:
+                            self._drain()  # an earlier shutdown's wake-up, left unread
                     self.service_actions()
         finally:
             self._stop.clear()
-            with contextlib.suppress(OSError):
-                while os.read(self._wake_r, 512):
-                    pass
             self._stopped.set()
 
     def shutdown(self) -> None:
@@ -128,11 +131,18 @@ class Server(ThreadingHTTPServer):
         self._stopped.wait()
 
     def server_close(self) -> None:
-        """Close the listening socket and the wake-up pipe."""
+        """Close the listening socket and the wake-up pipe (its descriptors are forgotten:
+        never read or written again, whatever reuses their numbers)."""
         super().server_close()
-        for fd in (self._wake_r, self._wake_w):
+        fds, (self._wake_r, self._wake_w) = (self._wake_r, self._wake_w), (-1, -1)
+        for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+    def _drain(self) -> None:
+        with contextlib.suppress(OSError):
+            while os.read(self._wake_r, 512):
+                pass
 
     @property
     def port(self) -> int:

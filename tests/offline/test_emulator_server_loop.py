@@ -52,14 +52,27 @@ def test_it_answers_and_a_shutdown_wakes_it_at_once() -> None:
         server.server_close()
 
 
-def test_a_shutdown_before_it_serves_returns_at_once() -> None:
+def test_a_shutdown_before_it_serves_returns_at_once_and_ends_that_serve_untouched() -> None:
     server = Server(("127.0.0.1", 0), Hello())
     try:
         t = time.monotonic()
-        server.shutdown()
+        server.shutdown()  # socketserver's waits forever here
         assert time.monotonic() - t < 2.0
+        server.serve_forever()  # returns at once: the shutdown came first
+        # The shutdown's wake-up byte is read and ignored by the next serve, which answers.
+        thread = serving(server)
+        with httpx.Client(trust_env=False) as http:
+            assert http.get(f"http://127.0.0.1:{server.port}/").status_code == 200
+        server.shutdown()
+        thread.join(timeout=1)
+        assert not thread.is_alive()
     finally:
         server.server_close()
+    # Shut down and closed before the thread ran: its serve touches nothing closed.
+    closed = Server(("127.0.0.1", 0), Hello())
+    closed.shutdown()
+    closed.server_close()
+    closed.serve_forever()
 
 
 def test_it_never_asks_for_a_timed_wake_up(monkeypatch: pytest.MonkeyPatch) -> None:
