@@ -1,7 +1,14 @@
-"""Disqualify: remove the eligibility label, bound to the admitted UIDs and to the label
-value last read (``kube.members.set_eligibility``), so a Pod of the same name with another
-UID is never touched and a concurrent change of the label is read again, never
-overwritten blindly.  The restore puts it back (``activities.restore``)."""
+"""Disqualify: remove the eligibility label, bound to the admitted UIDs, to the label
+value last read and to the Pod's resourceVersion as read (``kube.members.set_eligibility``),
+so a Pod of the same name with another UID is never touched and a concurrent change of the
+label is read again, never overwritten blindly.  The restore puts it back
+(``activities.restore``).
+
+The resourceVersion fences a removal that lands late: one sent by an attempt the
+workflow no longer waits for (a local activity whose workflow task was lost with its
+worker, then run again elsewhere) and delivered after the restore wrote the label back
+finds the Pod written since its read and changes nothing: an abort leaves the replica
+labelled."""
 
 from __future__ import annotations
 
@@ -38,7 +45,13 @@ def _take_label_off(api: KubeApi, target: Target, m: MemberTarget) -> Observatio
             break
         fence(f"removing the label of {m.pod}")
         change = set_eligibility(
-            api, namespace=target.namespace, name=m.pod, uid=m.uid, current=current, eligible=False
+            api,
+            namespace=target.namespace,
+            name=m.pod,
+            uid=m.uid,
+            current=current,
+            eligible=False,
+            resource_version=pod.resource_version,
         )
         if change is LabelChange.APPLIED:
             return "label removed"

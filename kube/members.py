@@ -4,8 +4,9 @@ A Pod of the same name with another UID is a replacement and is never touched: r
 say so (``MemberGone``), the eligibility-label patch first ``test``s the UID, deletes
 carry a UID precondition.  The label patch also ``test``s the label's current value
 (present with a value, or absent: ``null``), so a concurrent change of the label is
-never overwritten blindly; a failed ``test`` (HTTP 422) is told apart from a replacement
-by reading the Pod again.
+never overwritten blindly; a removal may also ``test`` the resourceVersion it read, so
+it lands only on the Pod exactly as read; a failed ``test`` (HTTP 422) is told apart
+from a replacement by reading the Pod again.
 """
 
 from __future__ import annotations
@@ -82,15 +83,23 @@ class LabelChange(StrEnum):
 
 
 def eligibility_patch(
-    *, uid: str, current: str | None, eligible: bool, key: str = LABEL_ELIGIBLE
+    *,
+    uid: str,
+    current: str | None,
+    eligible: bool,
+    key: str = LABEL_ELIGIBLE,
+    resource_version: str = "",
 ) -> list[dict[str, Any]]:
     """The JSON patch that sets (``eligible``) or removes the label on the Pod ``uid``,
-    only if the label is still ``current`` (None: absent)."""
+    only if the label is still ``current`` (None: absent) and, given ``resource_version``,
+    only if nothing at all was written to the Pod since it was read."""
     path = label_path(key)
     ops: list[dict[str, Any]] = [
         {"op": "test", "path": "/metadata/uid", "value": uid},
         {"op": "test", "path": path, "value": current},
     ]
+    if resource_version:
+        ops.append({"op": "test", "path": "/metadata/resourceVersion", "value": resource_version})
     if eligible:
         ops.append({"op": "add", "path": path, "value": ELIGIBLE_VALUE})
     elif current is not None:
@@ -99,15 +108,25 @@ def eligibility_patch(
 
 
 def set_eligibility(
-    api: KubeApi, *, namespace: str, name: str, uid: str, current: str | None, eligible: bool
+    api: KubeApi,
+    *,
+    namespace: str,
+    name: str,
+    uid: str,
+    current: str | None,
+    eligible: bool,
+    resource_version: str = "",
 ) -> LabelChange:
     """Put the eligibility label on (``eligible``) or take it off the admitted member,
-    bound to its UID and to the label value last read (``current``)."""
+    bound to its UID and to the label value last read (``current``); given
+    ``resource_version``, also to the whole Pod as read (any write since reads CHANGED)."""
     try:
         api.patch_pod(
             namespace=namespace,
             name=name,
-            ops=eligibility_patch(uid=uid, current=current, eligible=eligible),
+            ops=eligibility_patch(
+                uid=uid, current=current, eligible=eligible, resource_version=resource_version
+            ),
         )
     except NotFound:
         return LabelChange.GONE

@@ -115,6 +115,10 @@ class Pod:
     conditions: Mapping[str, str] = field(default_factory=dict)  # type -> status
     #: ``status.podIPs`` (every address of the Pod, one per family), ``pod_ip`` first.
     pod_ips: tuple[str, ...] = ()
+    #: ``metadata.resourceVersion`` as read ("" when absent): a patch may be bound to it.
+    #: Not compared: two views of the same Pod are equal whatever wrote in between (the
+    #: watcher's change detection compares what the product reads, not the version).
+    resource_version: str = field(default="", compare=False)
 
     @classmethod
     def from_raw(cls, raw: Mapping[str, Any]) -> Pod:
@@ -169,6 +173,7 @@ class Pod:
             container_statuses=statuses,
             conditions=conditions,
             pod_ips=tuple(ips),
+            resource_version=str(meta.get("resourceVersion") or ""),
         )
 
     def container(self, name: str) -> Container | None:

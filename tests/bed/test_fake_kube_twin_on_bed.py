@@ -17,6 +17,7 @@ from kubernetes import client
 from kube.api import KubeApi
 from kube.client import Kube
 from kube.errors import Conflict, Expired, Invalid, KubeError, NotFound, Unavailable
+from kube.members import eligibility_patch
 from kube.watching import WatchEvent
 from retirement.names import GROUP, LABEL_ELIGIBLE, PLURAL, VERSION
 from testbed.bed import Bed
@@ -94,6 +95,87 @@ def test_a_failed_json_patch_test_is_invalid_on_both_and_changes_nothing(twins: 
     got = twins.both(lambda api, _uid: api.patch_pod(namespace=twins.ns, name=POD, ops=ops))
     assert got == {"real": Invalid, "fake": Invalid}
     assert twins.labels() == before
+
+
+def test_a_removal_bound_to_a_resource_version_written_since_is_invalid_on_both(
+    twins: Twins,
+) -> None:
+    """The label is read, then taken off and put back (the Pod written since, the label as
+    read): a removal testing the version it read is refused on both and changes nothing;
+    one testing the version now is applied on both (``activities.labels``' fence)."""
+    other = [{"op": "add", "path": "/metadata/labels/other", "value": "kept"}]
+    twins.both(lambda api, _uid: api.patch_pod(namespace=twins.ns, name=POD, ops=other))
+    read = {
+        side: api.read_pod(namespace=twins.ns, name=POD).resource_version
+        for side, api in (("real", twins.real), ("fake", twins.fake))
+    }
+    assert all(read.values())
+    for eligible, current in ((False, "true"), (True, None)):
+        got = twins.both(
+            lambda api, uid, e=eligible, c=current: api.patch_pod(
+                namespace=twins.ns,
+                name=POD,
+                ops=eligibility_patch(uid=uid, current=c, eligible=e),
+            ).labels.get(LABEL_ELIGIBLE)
+        )
+        assert got == {"real": "true" if eligible else None, "fake": "true" if eligible else None}
+    before = twins.labels()
+    stale = {"real": Invalid, "fake": Invalid}
+    got = {}
+    for side, api in (("real", twins.real), ("fake", twins.fake)):
+        try:
+            api.patch_pod(
+                namespace=twins.ns,
+                name=POD,
+                ops=eligibility_patch(
+                    uid=twins.uids[side],
+                    current="true",
+                    eligible=False,
+                    resource_version=read[side],
+                ),
+            )
+            got[side] = "applied"
+        except KubeError as e:
+            got[side] = type(e)
+    assert got == stale
+    assert twins.labels() == before
+    now = twins.both(
+        lambda api, uid: api.patch_pod(
+            namespace=twins.ns,
+            name=POD,
+            ops=eligibility_patch(
+                uid=uid,
+                current="true",
+                eligible=False,
+                resource_version=api.read_pod(namespace=twins.ns, name=POD).resource_version,
+            ),
+        ).labels.get(LABEL_ELIGIBLE)
+    )
+    assert now == {"real": None, "fake": None}
+
+
+def test_removing_the_only_label_leaves_no_map_to_add_under_on_both(twins: Twins) -> None:
+    """An empty label map is stored as absent: after the Pod's only label is removed, the
+    restore's patch (a test against null, then an add under ``/metadata/labels``) is
+    refused on both."""
+    off = twins.both(
+        lambda api, uid: (
+            api.patch_pod(
+                namespace=twins.ns,
+                name=POD,
+                ops=eligibility_patch(uid=uid, current="true", eligible=False),
+            ).labels
+        )
+    )
+    assert off == {"real": {}, "fake": {}}
+    back = twins.both(
+        lambda api, uid: api.patch_pod(
+            namespace=twins.ns,
+            name=POD,
+            ops=eligibility_patch(uid=uid, current=None, eligible=True),
+        )
+    )
+    assert back == {"real": Invalid, "fake": Invalid}
 
 
 def test_removing_a_missing_label_is_invalid_on_both(twins: Twins) -> None:

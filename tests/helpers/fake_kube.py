@@ -791,6 +791,12 @@ class FakeKube:
                     reason="Unprocessable Entity",
                     detail="metadata.uid is immutable",
                 )
+            # The API server stores an empty map as absent (``omitempty``): once the last
+            # label is removed there is no ``/metadata/labels`` for a later patch to test
+            # or add under.
+            for empty in ("labels", "annotations"):
+                if patched["metadata"].get(empty) == {}:
+                    del patched["metadata"][empty]
             self._bump(patched)
             self.pods[(namespace, name)] = patched
             self._record("pods", "MODIFIED", patched)

@@ -125,6 +125,17 @@ def test_disqualify_takes_the_label_off_every_member_bound_to_its_uid() -> None:
     assert writes(kube) == ["patch_pod", "patch_pod"]
 
 
+def test_disqualify_binds_each_removal_to_the_pod_as_it_read_it() -> None:
+    """Each removal tests the resourceVersion of the read just before it: one that lands
+    late, after the label was put back, changes nothing (``kube.members``)."""
+    kube, target = admitted()
+    version = kube.read_pod(namespace=NS, name="llm-1").resource_version
+    kube.calls.clear()
+    assert disqualify(kube, target).verdict is Verdict.VERIFIED
+    (call,) = kube.called("patch_pod")
+    assert {"op": "test", "path": "/metadata/resourceVersion", "value": version} in call.args["ops"]
+
+
 def test_disqualify_again_verifies_without_writing() -> None:
     kube, target = admitted()
     assert disqualify(kube, target).verdict is Verdict.VERIFIED

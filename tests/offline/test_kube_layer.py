@@ -321,6 +321,56 @@ def test_the_restore_patch_tests_that_the_label_is_absent() -> None:
     ]
 
 
+def test_a_removal_bound_to_a_resource_version_tests_it_too() -> None:
+    ops = eligibility_patch(uid="u-1", current="true", eligible=False, resource_version="42")
+    assert ops[2] == {"op": "test", "path": "/metadata/resourceVersion", "value": "42"}
+    assert ops[-1]["op"] == "remove"
+
+
+def test_a_removal_that_lands_after_the_label_was_put_back_changes_nothing() -> None:
+    """Read (label on), then someone takes the label off and puts it back (a restore after
+    an abort) before the removal lands: the label reads as it was, but the Pod was
+    written since; the removal bound to the version it read is refused (CHANGED) and the
+    label stays.  Without the version the late removal would have taken it off."""
+    fake = _fake_with_member()
+    read = fake.read_pod(namespace=NS, name="md-server-0")
+    for eligible, current in ((False, "true"), (True, None)):  # off, then back on
+        assert (
+            set_eligibility(
+                fake,
+                namespace=NS,
+                name="md-server-0",
+                uid="u-1",
+                current=current,
+                eligible=eligible,
+            )
+            is LabelChange.APPLIED
+        )
+    late = set_eligibility(
+        fake,
+        namespace=NS,
+        name="md-server-0",
+        uid="u-1",
+        current=read.labels[LABEL_ELIGIBLE],
+        eligible=False,
+        resource_version=read.resource_version,
+    )
+    assert late is LabelChange.CHANGED
+    assert fake.pod_labels("md-server-0")[LABEL_ELIGIBLE] == "true"
+    # The same late removal without the version lands: what the version guards against.
+    assert (
+        set_eligibility(
+            fake,
+            namespace=NS,
+            name="md-server-0",
+            uid="u-1",
+            current=read.labels[LABEL_ELIGIBLE],
+            eligible=False,
+        )
+        is LabelChange.APPLIED
+    )
+
+
 def test_removing_an_absent_label_only_verifies() -> None:
     ops = eligibility_patch(uid="u-1", current=None, eligible=False)
     assert [op["op"] for op in ops] == ["test", "test"]
