@@ -165,10 +165,16 @@ class FairSlots:
             waiter.granted.set()
 
 
-#: Waits for idle one worker runs at once (``WorkerSlots.waits``): one per busy member of
-#: a retirement whose engine counts exactly; past it, a busy member's next read is spaced
-#: as it would be without waiting (``retirement.drain.next_read_in``).
-DEFAULT_WAIT_SLOTS = 64
+#: Waits for idle one worker runs at once (``WorkerSlots.waits``, ``retire-worker
+#: --max-concurrent-waits``): one per busy member of a retirement whose engine counts
+#: exactly; past it, a busy member's next read is spaced as it would be without waiting
+#: (``retirement.drain.next_read_in``), each read an exec.  Measured in the worker
+#: benchmark at N = 200 (docs/benchmarks.md): with 64, the members left without a wait
+#: were read an exec at a time when their engines went idle together, the execs queued,
+#: and 4-12 of 200 withdrawals ran out of budget (safe aborts) in three runs; with 256
+#: every member waits in one exec, 200 of 200 completed in two runs.  Each wait holds an
+#: activity thread (the default activity slots, 512, leave room) and a websocket.
+DEFAULT_WAIT_SLOTS = 256
 
 
 @dataclass(frozen=True)

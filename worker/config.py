@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from activities.fairslots import FairSlots, WorkerSlots
+from activities.fairslots import DEFAULT_WAIT_SLOTS, FairSlots, WorkerSlots
 from activities.polling import DEFAULT_POLL_SLOTS
 from activities.sampling import DEFAULT_EXEC_SLOTS
 from connection.flags import ConnectionFlags, add_connection_flags, add_task_queue_flag
@@ -40,6 +40,8 @@ class WorkerConfig:
     max_concurrent_execs: int = DEFAULT_MAX_EXECS
     #: Polls (one round of a polling phase) run at once (``activities.polling``).
     max_concurrent_polls: int = DEFAULT_POLL_SLOTS
+    #: Waits for idle in an engine's container run at once (``activities.idle_wait``).
+    max_concurrent_waits: int = DEFAULT_WAIT_SLOTS
     #: ``host:port`` of the Prometheus endpoint (SDK and product metrics); None: off.
     metrics_address: str | None = None
     #: What this process hosts: workflows, activities, or both (``worker.build.Serves``).
@@ -48,10 +50,13 @@ class WorkerConfig:
     log_level: str = "info"
 
     def slots(self) -> WorkerSlots:
-        """The worker's exec and poll slots, sized by ``--max-concurrent-execs`` and
-        ``--max-concurrent-polls``: its activities own them (``RetirementActivities``)."""
+        """The worker's exec, poll and wait slots, sized by ``--max-concurrent-execs``,
+        ``--max-concurrent-polls`` and ``--max-concurrent-waits``: its activities own them
+        (``RetirementActivities``)."""
         return WorkerSlots(
-            execs=FairSlots(self.max_concurrent_execs), polls=FairSlots(self.max_concurrent_polls)
+            execs=FairSlots(self.max_concurrent_execs),
+            polls=FairSlots(self.max_concurrent_polls),
+            waits=FairSlots(self.max_concurrent_waits),
         )
 
     @classmethod
@@ -84,6 +89,7 @@ class WorkerConfig:
             max_concurrent_activities=slots["max_concurrent_activities"],
             max_concurrent_execs=slots["max_concurrent_execs"],
             max_concurrent_polls=slots["max_concurrent_polls"],
+            max_concurrent_waits=slots["max_concurrent_waits"],
             metrics_address=metrics.value or None,
             serves=Serves(serve.value or Serves.ALL.value),
             log_level=(level.value or DEFAULT_LOG_LEVEL).lower(),
@@ -173,6 +179,13 @@ def parser(*, environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParse
         f"wait their turn, heartbeating (RETIRE_MAX_POLLS; default {DEFAULT_POLL_SLOTS})",
     )
     p.add_argument(
+        "--max-concurrent-waits",
+        type=int,
+        help="waits for an engine to go idle (one exec each, in its container, holding an "
+        "activity thread) run at once; past them a busy member is read at a plain spacing, "
+        f"an exec per read (RETIRE_MAX_WAITS; default {DEFAULT_WAIT_SLOTS})",
+    )
+    p.add_argument(
         "--metrics-address",
         metavar="HOST:PORT",
         help="serve Prometheus metrics (the SDK's and the product's) at "
@@ -200,6 +213,7 @@ _COUNTS = (
     ("max_concurrent_activities", "RETIRE_MAX_ACTIVITIES", DEFAULT_MAX_ACTIVITIES),
     ("max_concurrent_execs", "RETIRE_MAX_EXECS", DEFAULT_MAX_EXECS),
     ("max_concurrent_polls", "RETIRE_MAX_POLLS", DEFAULT_POLL_SLOTS),
+    ("max_concurrent_waits", "RETIRE_MAX_WAITS", DEFAULT_WAIT_SLOTS),
 )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from activities import sampling as sampling_module
+from activities.fairslots import DEFAULT_WAIT_SLOTS
 from activities.sampling import DEFAULT_EXEC_SLOTS, exec_oneshot, exec_slots, limit_execs
 from kube.api import ExecResult
 from retirement.models import MemberTarget, Target
@@ -139,10 +140,12 @@ def test_a_worker_reads_in_the_slots_its_activities_own(monkeypatch: pytest.Monk
     them waits for them alone, whatever the process's default pool holds."""
     monkeypatch.setattr(sampling_module, "EXEC_SLOT_WAIT_S", 0.05)
     cfg = WorkerConfig.parse(
-        ["--max-concurrent-execs", "1", "--max-concurrent-polls", "3"], environ={}
+        ["--max-concurrent-execs", "1", "--max-concurrent-polls", "3"],
+        environ={"RETIRE_MAX_WAITS": "5"},
     )
     slots = cfg.slots()
-    assert (slots.execs.size, slots.polls.size) == (1, 3)
+    assert (slots.execs.size, slots.polls.size, slots.waits.size) == (1, 3, 5)
+    assert WorkerConfig.parse([], environ={}).slots().waits.size == DEFAULT_WAIT_SLOTS
     target, m = member()
     api = HeldExecs()
     api.release.set()
