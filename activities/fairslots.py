@@ -172,8 +172,9 @@ class FairSlots:
 #: benchmark at N = 200 (docs/benchmarks.md): with 64, the members left without a wait
 #: were read an exec at a time when their engines went idle together, the execs queued,
 #: and 4-12 of 200 withdrawals ran out of budget (safe aborts) in three runs; with 256
-#: every member waits in one exec, 200 of 200 completed in two runs.  Each wait holds an
-#: activity thread (the default activity slots, 512, leave room) and a websocket.
+#: every member waits in one exec, 200 of 200 completed in two runs.  A wait runs on its
+#: phase activity's own thread and holds a websocket to the API server and a sleeping
+#: process in the engine's container while it lasts.
 DEFAULT_WAIT_SLOTS = 256
 
 

@@ -181,8 +181,8 @@ def parser(*, environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParse
     p.add_argument(
         "--max-concurrent-waits",
         type=int,
-        help="waits for an engine to go idle (one exec each, in its container, holding an "
-        "activity thread) run at once; past them a busy member is read at a plain spacing, "
+        help="waits for an engine to go idle (one exec each, a process waiting in its "
+        "container) run at once; past them a busy member is read at a plain spacing, "
         f"an exec per read (RETIRE_MAX_WAITS; default {DEFAULT_WAIT_SLOTS})",
     )
     p.add_argument(
