@@ -92,11 +92,6 @@ class RetirementActivities:
         """Mirror the state on the ModelDeployment, with an Event."""
         _bodies.publish(self._kube, inp)
 
-    def local_steps(self) -> list[Callable[..., Any]]:
-        """The activities a workflow runs as local ones (``workflows.steps``): a worker that
-        hosts workflows and no activity task registers these."""
-        return [self.admit, self.disqualify, self.publish]
-
     def all(self) -> list[Callable[..., Any]]:
         """Every activity, for a Worker."""
         return [

@@ -171,10 +171,6 @@ def heartbeat(*details: Any) -> None:
             details = attempt.details
         if attempt.claim is not None:
             attempt.claim.beat()
-    if activity.info().is_local:
-        # A local activity has no heartbeat: the server does not track it (its worker
-        # times it out), and the SDK's core logs each one as failed (UnknownActivity).
-        return
     activity.heartbeat(*details)
 
 

@@ -5,9 +5,8 @@ label is read again, never overwritten blindly.  The restore puts it back
 (``activities.restore``).
 
 The resourceVersion fences a removal that lands late: one sent by an attempt the
-workflow no longer waits for (a local activity whose workflow task was lost with its
-worker, then run again elsewhere) and delivered after the restore wrote the label back
-finds the Pod written since its read and changes nothing: an abort leaves the replica
+workflow no longer waits for and delivered after the restore wrote the label back finds
+the Pod written since its read and changes nothing: an abort leaves the replica
 labelled."""
 
 from __future__ import annotations

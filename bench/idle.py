@@ -41,7 +41,6 @@ from bench.common import RESULTS, say, table, two_panels, vllm_manifest
 from retirement.models import workflow_id_for
 from retirement.names import GROUP, LABEL_ELIGIBLE, LABEL_ORDINAL, PLURAL, VERSION
 from testbed.bed import ROUTERS, Bed, wait_for
-from testbed.history_steps import activity_steps, event_seconds
 from testbed.paths import REPO_ROOT
 from testbed.procs import exit_on_sigterm
 from testbed.temporal_dev import load_config, search_attribute_keys
@@ -93,20 +92,22 @@ async def _breakdown(
     """Seconds per step, from the retirement's history (see the module's docstring)."""
     handle = temporal.get_workflow_handle(wid)
     history = await handle.fetch_history()
-    started = next(
-        event_seconds(e)
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED
-    )
+    started = None
+    scheduled: dict[int, str] = {}
     done: dict[str, float] = {}
-    # Remote or local alike (a local step's time is its marker's: its workflow task's end).
-    for step in activity_steps(history.events):
-        if step.completed_at is None:
-            continue
-        if step.name not in done:
-            done[step.name] = step.completed_at  # the first completion
-        if step.name == "drain":
-            done["drain"] = step.completed_at  # the drain that led to the delete: the last
+    for e in history.events:
+        t = e.event_time.seconds + e.event_time.nanos / 1e9
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            started = t
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            name = scheduled.get(e.activity_task_completed_event_attributes.scheduled_event_id)
+            if name is not None and name not in done:
+                done[name] = t  # the first completion (a drain re-run keeps its first)
+            if name == "drain":
+                done["drain"] = t  # the drain that led to the delete: the last one
+    assert started is not None, wid
     ends = {"watcher": started, **{s: done.get(s, float("nan")) for s in STEPS[1:5]}}
     ends["delete"] = deleted_at
     out: dict[str, float] = {}

@@ -100,7 +100,6 @@ from retirement.models import (
 from retirement.names import GROUP, LABEL_ELIGIBLE, LABEL_INSTANCE, LABEL_ORDINAL, PLURAL, VERSION
 from retirement.phases import Outcome, Phase
 from testbed.bed import Bed
-from testbed.history_steps import activity_steps
 from testbed.paths import REPO_ROOT
 from testbed.procs import Child, exit_on_sigterm
 from testbed.standin_operator import SERVE_PORT
@@ -236,9 +235,6 @@ def event_line(workflow_id: str, ev: Any) -> dict[str, Any]:
     }
     if ev.HasField("activity_task_scheduled_event_attributes"):
         line["activity"] = ev.activity_task_scheduled_event_attributes.activity_type.name
-    for step in activity_steps([ev]):  # a local activity's marker: its name, marked local
-        if step.local:
-            line["activity"], line["local"] = step.name, True
     for field in (
         "activity_task_started_event_attributes",
         "activity_task_completed_event_attributes",

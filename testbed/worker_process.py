@@ -14,11 +14,12 @@ from worker.build import Serves
 def start_worker_process(
     bed: Bed, *, target: str, queue: str, tag: str, serves: Serves = Serves.ALL
 ) -> Child:
-    """``python -m worker`` on ``target``'s ``default`` namespace, polling ``queue``, with
-    the bed's kubeconfig (every kind needs it: a workflows-only worker runs the short
-    steps as local activities).  Returns once the worker has said it polls."""
+    """``python -m worker`` on ``target``'s ``default`` namespace, polling ``queue``; the
+    bed's kubeconfig unless it serves workflows only (which need none: proven by leaving
+    it out).  Returns once the worker has said it polls."""
     env = _no_proxy_env()
     env.pop("KUBECONFIG", None)
+    kube = [] if serves is Serves.WORKFLOWS else ["--kubeconfig", str(bed.cp.kubeconfig)]
     child = Child(
         name=f"worker-{tag}",
         argv=[
@@ -31,8 +32,7 @@ def start_worker_process(
             queue,
             "--serve",
             serves.value,
-            "--kubeconfig",
-            str(bed.cp.kubeconfig),
+            *kube,
         ],
         log_path=bed.state_dir / "logs" / f"worker-{tag}.log",
         env=env,

@@ -22,7 +22,7 @@ from connection.client import connect
 from connection.errors import ConnectionConfigError
 from connection.process import LOG_FORMAT, end_process, error_line, fail, kubeconfig_error
 from kube.client import Kube
-from worker.build import LOCAL_STEP_SLOTS, build_worker
+from worker.build import Serves, build_worker
 from worker.config import WorkerConfig
 from worker.telemetry import runtime_serving_metrics
 
@@ -40,10 +40,11 @@ class Unreachable(Exception):
     """Temporal (or the cluster) cannot be used now (exit 1); the message is one line."""
 
 
-def load_kube(cfg: WorkerConfig) -> Kube:
-    """The cluster accessor (every worker needs it: a workflows-only one runs the short
-    steps as local activities); StartupError when the kubeconfig (or the in-cluster
-    configuration) cannot be loaded.  Nothing is dialled."""
+def load_kube(cfg: WorkerConfig) -> Kube | None:
+    """The cluster accessor, or None for a workflows-only worker; StartupError when the
+    kubeconfig (or the in-cluster configuration) cannot be loaded.  Nothing is dialled."""
+    if cfg.serves is Serves.WORKFLOWS:
+        return None
     try:
         return Kube.from_config(
             kubeconfig=cfg.kubeconfig,
@@ -72,7 +73,7 @@ async def serve(
     cfg: WorkerConfig, *, kube: Kube | None = None, runtime: Runtime | None = None
 ) -> None:
     """Connect, run the worker, and shut it down gracefully on a signal."""
-    if kube is None:
+    if kube is None and cfg.serves is not Serves.WORKFLOWS:
         kube = load_kube(cfg)
     if runtime is None and cfg.metrics_address:
         runtime = metrics_runtime(cfg)
@@ -89,9 +90,7 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    # Local activities take threads of the same executor: theirs come on top.
-    threads = cfg.max_concurrent_activities + LOCAL_STEP_SLOTS
-    with ThreadPoolExecutor(max_workers=threads) as executor:
+    with ThreadPoolExecutor(max_workers=cfg.max_concurrent_activities) as executor:
         worker = build_worker(
             client,
             task_queue=cfg.task_queue,
@@ -99,7 +98,6 @@ async def serve(
             executor=executor,
             serves=cfg.serves,
             slots=cfg.slots(),
-            remote_activities=cfg.max_concurrent_activities,
         )
         async with worker:
             log.info(

@@ -28,19 +28,10 @@ class Serves(StrEnum):
 
     #: Workflows and activities in one process (the default).
     ALL = "all"
-    #: Workflow tasks and the short steps they run as local activities (admission,
-    #: disqualification, the mirror's last publishes: ``workflows.steps``); it polls no
-    #: activity task, but those steps need the cluster.
+    #: Workflow tasks only: no Kubernetes access (no kubeconfig needed).
     WORKFLOWS = "workflows"
     #: Activities only: the Kubernetes reads, writes and drain execs.
     ACTIVITIES = "activities"
-
-
-#: Local activities a worker runs at once (the short steps of ``workflows.steps``).  Their
-#: threads come from the worker's executor: ``retire-worker`` adds this many threads to
-#: its ``--max-concurrent-activities``, so a worker whose activities fill their slots
-#: still has threads for them.
-LOCAL_STEP_SLOTS = 32
 
 
 def workflow_runner(*, converter: DataConverter) -> WorkflowRunner:
@@ -62,34 +53,29 @@ def build_worker(
     executor: ThreadPoolExecutor,
     serves: Serves = Serves.ALL,
     slots: WorkerSlots | None = None,
-    remote_activities: int | None = None,
 ) -> Worker:
     """A worker for one task queue and one cluster, hosting what ``serves`` says.
 
-    Workflow tasks run on the worker's event loop and activities, local ones too, on
-    ``executor``'s threads, under one interpreter lock: with hundreds of busy
-    retirements, the polls' decoding delays the workflow tasks (measured in the worker
-    benchmark).  Two processes on one task queue, one ``WORKFLOWS`` and one
-    ``ACTIVITIES``, keep the polls apart: for workers on separate machines (on one 2-core
-    machine the split measured worse).
+    Workflow tasks run on the worker's event loop and activities on ``executor``'s
+    threads, under one interpreter lock: with hundreds of busy retirements, the polls'
+    decoding delays the workflow tasks (measured in the worker benchmark).  Two processes
+    on one task queue, one ``WORKFLOWS`` and one ``ACTIVITIES``, keep them apart: for
+    workers on separate machines (on one 2-core machine the split measured worse).
 
     ``slots``: the worker's exec and poll slots, owned by its activities (None: the
-    process's default pools).  ``remote_activities``: activity tasks run at once (None:
-    one per thread of ``executor``)."""
-    if kube is None:
+    process's default pools)."""
+    activities = serves is not Serves.WORKFLOWS
+    if activities and kube is None:
         raise ValueError(f"a worker serving {serves.value} needs a cluster (kube)")
-    acts = RetirementActivities(kube, slots=slots)
-    workflows = serves is not Serves.ACTIVITIES
-    remote = serves is not Serves.WORKFLOWS
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[RetirementWorkflow] if workflows else [],
-        activities=acts.all() if remote else acts.local_steps(),
+        workflows=[RetirementWorkflow] if serves is not Serves.ACTIVITIES else [],
+        activities=(
+            RetirementActivities(kube, slots=slots).all() if kube is not None and activities else []
+        ),
         workflow_runner=workflow_runner(converter=client.data_converter),
-        activity_executor=executor,
-        max_concurrent_activities=(remote_activities or executor._max_workers) if remote else None,
-        max_concurrent_local_activities=LOCAL_STEP_SLOTS if workflows else None,
-        no_remote_activities=not remote,
+        activity_executor=executor if activities else None,
+        max_concurrent_activities=executor._max_workers if activities else None,
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     )

@@ -196,8 +196,7 @@ def parser(*, environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParse
         choices=[s.value for s in Serves],
         help="host workflows and activities in this process (all, the default), or only "
         "one of them: two processes on one task queue keep the workflow tasks clear of the "
-        "activities' polls; a workflows one runs the short steps as local activities, so "
-        "it needs the kubeconfig too (RETIRE_SERVE)",
+        "activities' work (RETIRE_SERVE)",
     )
     p.add_argument(
         "--log-level",

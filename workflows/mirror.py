@@ -10,12 +10,9 @@ no workflow task, where a publish activity costs one when it completes.  Any oth
 snapshot, and any a phase did not publish, goes out by the publish activity, in a
 background task that works through the queue in order, so a slow or failing status
 subresource costs no budget and never delays a restore; the workflow waits for the queue
-only when it ends or continues as new; in runs whose short steps are local
-(``workflows.retirement.LOCAL_STEPS_PATCH``) what it waits for as the run ends goes out
-by local activities, in the workflow task that waits (two workflow-state writes fewer for
-the activity and two for the workflow task after it).  Never two publishers at once: a phase
-takes snapshots only while no publish activity runs, and the background task waits while
-a phase carries some.
+only when it ends or continues as new.  Never two publishers at once: a phase takes
+snapshots only while no publish activity runs, and the background task waits while a
+phase carries some.
 """
 
 from __future__ import annotations
@@ -32,7 +29,7 @@ from temporalio.common import (
     SearchAttributeUpdate,
     TypedSearchAttributes,
 )
-from temporalio.exceptions import ActivityError, FailureError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities import RetirementActivities
@@ -118,11 +115,6 @@ class Mirror:
         self._metrics = RetirementMetrics(already=already)
         self._publishing = False  # a publish activity is running
         self._riding = False  # a phase activity carries snapshots
-        self._local = False  # the workflow waits for the queue: publish locally
-        #: Whether phases carry snapshots, asked by the workflow as the run starts (None:
-        #: asked by the first ``take`` that has something to carry, as runs recorded
-        #: before ``LOCAL_STEPS_PATCH`` did).
-        self.alongside: bool | None = None
 
     def show(self, s: RetirementState, *, clear: bool = False) -> None:
         """Mirror ``s``: upsert the search attributes on a phase or outcome change; queue
@@ -175,10 +167,7 @@ class Mirror:
         history recorded before phases carried them."""
         if self._publishing or self._riding or not self._queue:
             return []
-        alongside = self.alongside
-        if alongside is None:
-            alongside = workflow.patched(ALONGSIDE_PATCH)
-        if not alongside:
+        if not workflow.patched(ALONGSIDE_PATCH):
             return []
         taken, self._queue = self._queue, []
         self._riding = True
@@ -201,44 +190,31 @@ class Mirror:
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._work())
 
-    async def flush(self, *, on_cancel: Callable[[], None], local: bool = False) -> None:
+    async def flush(self, *, on_cancel: Callable[[], None]) -> None:
         """Wait until every queued snapshot was published (or failed).  A cancellation
         of the workflow meanwhile is handed to ``on_cancel`` (the protocol decides on it)
-        and the wait goes on: the last snapshots still go out.  ``local``: each snapshot
-        not yet begun goes out by a local activity (nothing else is waited for meanwhile;
-        one already begun as an activity ends as one)."""
-        self._local = local
-        try:
-            while self._task is not None and not self._task.done():
-                try:
-                    await asyncio.shield(self._task)
-                except asyncio.CancelledError:
-                    on_cancel()
-        finally:
-            self._local = False
+        and the wait goes on: the last snapshots still go out."""
+        while self._task is not None and not self._task.done():
+            try:
+                await asyncio.shield(self._task)
+            except asyncio.CancelledError:
+                on_cancel()
 
     async def _work(self) -> None:
         while self._queue and not self._riding:
             payload = self._queue.pop(0)
             self._publishing = True
-            summary = f"mirror {payload.phase}/{payload.outcome} on the ModelDeployment"
-            execute = (
-                workflow.execute_local_activity_method
-                if self._local
-                else workflow.execute_activity_method
-            )
             try:
-                await execute(
+                await workflow.execute_activity_method(
                     RetirementActivities.publish,
                     payload,
                     start_to_close_timeout=PUBLISH_TIMEOUT,
                     schedule_to_close_timeout=PUBLISH_SCHEDULE_TIMEOUT,
                     retry_policy=SHORT,
-                    summary=summary,
+                    summary=f"mirror {payload.phase}/{payload.outcome} on the ModelDeployment",
                 )
-            except FailureError as e:  # a local activity's own error arrives unwrapped
+            except ActivityError as e:
                 # Publishing is a mirror for kubectl users; the workflow is the truth.
-                cause = e.cause if isinstance(e, ActivityError) else None
-                self.failures.append(f"publish failed: {cause or e}")
+                self.failures.append(f"publish failed: {e.cause or e}")
             finally:
                 self._publishing = False

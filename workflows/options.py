@@ -7,7 +7,6 @@ from datetime import timedelta
 from temporalio.common import RetryPolicy
 
 from activities.fencing import THROTTLE_S
-from retirement.phases import Phase
 
 #: Errors an activity raises that retrying cannot mend (a 404/409/422/403): the names of
 #: ``kube.errors``' classes that are not ``retryable`` (``activities.errors`` raises each as
@@ -30,12 +29,6 @@ HEARTBEAT = timedelta(seconds=10)
 #: the activities' changes counts on it (``activities.fencing``).
 HEARTBEAT_THROTTLE = timedelta(seconds=THROTTLE_S)
 ADMIT_TIMEOUT = timedelta(seconds=30)
-#: The phases whose activity runs locally, in the workflow task (``workflows.steps``):
-#: one pass of a few API calls, no polling.
-LOCAL_PHASES = frozenset({Phase.DISQUALIFIED})
-#: One attempt of a local phase activity: a few API calls of at most 10 s each (the
-#: Kubernetes layer's timeout).
-LOCAL_ATTEMPT_TIMEOUT = timedelta(seconds=30)
 DELETE_TIMEOUT = timedelta(seconds=60)
 DELETE_SCHEDULE_TIMEOUT = timedelta(minutes=30)
 RESTORE_BUDGET = timedelta(seconds=30)

@@ -47,25 +47,15 @@ with workflow.unsafe.imports_passed_through():
         abort_refusal,
         decide,
     )
-    from workflows.mirror import ALONGSIDE_PATCH, Mirror, initial_search_attributes
+    from workflows.mirror import Mirror, initial_search_attributes
     from workflows.steps import Steps
 
-__all__ = [
-    "GUARD_REFRESH_PATCH",
-    "LOCAL_STEPS_PATCH",
-    "RetirementWorkflow",
-    "initial_search_attributes",
-]
+__all__ = ["GUARD_REFRESH_PATCH", "RetirementWorkflow", "initial_search_attributes"]
 
 #: The patch (``workflow.patched``, asked once as a run starts) under which the delete's
 #: guard takes the drain's proof again on stale evidence (``decide``'s ``guard_refreshes``):
 #: runs recorded before it drain again instead.
 GUARD_REFRESH_PATCH = "guard-refreshes-stale-evidence"
-#: The patch (asked once as a run starts) under which the short steps run as local
-#: activities inside the workflow task that asks for them (``Steps.local``): admission,
-#: disqualification, and the mirror's last publishes as the run ends.  Runs recorded
-#: before it schedule them as activities.
-LOCAL_STEPS_PATCH = "local-short-steps"
 
 
 @workflow.defn(name="Retirement")
@@ -133,15 +123,6 @@ class RetirementWorkflow:
         # Asked once, as the run starts: what this run's delete guard does with stale
         # evidence decides where a drain's answer leads (``decide``'s guard_refreshes).
         self._steps.guard_refreshes = workflow.patched(GUARD_REFRESH_PATCH)
-        self._steps.local = workflow.patched(LOCAL_STEPS_PATCH)
-        if self._steps.local:
-            # Every patch of a run with local steps is asked here, in its first workflow
-            # task.  A patch asked later may land in another task on replay than it did
-            # live: a local step's result can reach the workflow in the task after the
-            # one its marker closed (queries arriving meanwhile, measured), where a replay
-            # hands it over in the same task; asked there, ``patched`` finds no marker in
-            # that task and the replay fails (TMPRL1100), wedging the retirement.
-            self._mirror.alongside = workflow.patched(ALONGSIDE_PATCH)
         action = self._apply(
             Woke(at=workflow.now()) if resumed else Started(at=workflow.now())
         ).action
@@ -183,18 +164,13 @@ class RetirementWorkflow:
     async def _finish(self, action: Finish) -> RetirementState:
         self._s = self._s.recorded(ended_at=workflow.now())
         self._mirror.show(self._s, clear=action.clear)
-        # A cancellation now finds the retirement ended: ignored.  So the last snapshots
-        # may go out locally (``LOCAL_STEPS_PATCH``): nothing is waited for meanwhile.
-        await self._flush(local=self._steps.local)
+        await self._flush()  # a cancellation now finds the retirement ended: ignored
         self._note_mirror_failures()
         return self._s
 
-    async def _flush(self, *, local: bool = False) -> bool:
+    async def _flush(self) -> bool:
         """Wait for the mirror's queue; True when a cancellation arrived meanwhile (it was
-        fed to the protocol).  ``local``: publish what is left by local activities, only
-        as the run ends: a cancellation, signal or query that arrives while one runs
-        reaches the workflow only when the workflow task ends, and a flush before a
-        continue-as-new must see a cancellation at once (it drops a retry)."""
+        fed to the protocol)."""
         cancelled = False
 
         def on_cancel() -> None:
@@ -202,7 +178,7 @@ class RetirementWorkflow:
             cancelled = True
             self._on_cancel()
 
-        await self._mirror.flush(on_cancel=on_cancel, local=local)
+        await self._mirror.flush(on_cancel=on_cancel)
         return cancelled
 
     def _woke(self) -> Woke:

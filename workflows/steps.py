@@ -14,19 +14,7 @@ Rules of execution, not of the protocol:
 - queueing never silently eats a budget: a phase activity may wait in the task queue only
   until its phase deadline (ScheduleToStart), and an activity that timed out before it
   ever started (no worker slot free) is reported as such (``failure``), not as a generic
-  timeout; one that started late says so itself (``activities.polling.late_start``);
-- an activity error is caught as ``FailureError`` wherever the activity may be local: a
-  local activity's own error (an ``ApplicationError``) reaches the workflow unwrapped,
-  not inside an ``ActivityError`` (measured on SDK 1.35; its timeouts are wrapped);
-- the short steps run as local activities in runs begun under ``LOCAL_STEPS_PATCH``
-  (``local``): admission and disqualification, each a few API calls, run inside the
-  workflow task that asks for them, which saves the Temporal server two workflow-state
-  writes for the activity and two for the workflow task after it.  Every Temporal server
-  step is a turn on a busy server (measured in docs/benchmarks.md: at N = 200 each took
-  250-380 ms).  What they cost in exchange: while one runs, a signal or update reaches the
-  workflow when it ends, or at the latest on the workflow task's own heartbeat (80 % of
-  its timeout); a lost workflow task runs them again, which each tolerates (admission only
-  reads; a removal is bound to the Pod as read, ``activities.labels``).
+  timeout; one that started late says so itself (``activities.polling.late_start``).
 """
 
 from __future__ import annotations
@@ -37,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, FailureError
+from temporalio.exceptions import ActivityError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
@@ -75,8 +63,6 @@ with workflow.unsafe.imports_passed_through():
         DELETE_TIMEOUT,
         GRACE,
         HEARTBEAT,
-        LOCAL_ATTEMPT_TIMEOUT,
-        LOCAL_PHASES,
         PERSISTENT,
         RESTORE_BUDGET,
         RESTORE_SCHEDULE_TIMEOUT,
@@ -113,34 +99,25 @@ class Steps:
         #: This run's delete guard takes stale evidence again (``GUARD_REFRESH_PATCH``,
         #: asked as the run starts): set by the workflow, read by ``delete``.
         self.guard_refreshes = False
-        #: This run's short steps are local activities (``LOCAL_STEPS_PATCH``, asked as
-        #: the run starts): set by the workflow, read by ``admit`` and ``run_phase``.
-        self.local = False
 
     # ------------------------------------------------------------------ actions
 
     async def admit(self) -> Event:
         """Run admission; an error or exhausted retries is a refusal."""
         s = self._state()
-        inp = AdmitInput(request=s.request, workflow_id=s.workflow_id)
-        summary = f"bind {s.request.role}:{s.request.ordinal} (reads only)"
-        start = (
-            workflow.start_local_activity_method if self.local else workflow.start_activity_method
-        )
-        handle = start(
+        handle = workflow.start_activity_method(
             RetirementActivities.admit,
-            inp,
+            AdmitInput(request=s.request, workflow_id=s.workflow_id),
             start_to_close_timeout=ADMIT_TIMEOUT,
             retry_policy=ADMIT,
-            summary=summary,
+            summary=f"bind {s.request.role}:{s.request.ordinal} (reads only)",
         )
         if not await self._until_done(handle, interruptible=True, timeout=None):
             return Woke(at=workflow.now())
         try:
             admission: Admission = handle.result()
-        except FailureError as e:  # a local activity's own error arrives unwrapped
-            cause = e.cause if isinstance(e, ActivityError) else None
-            return Refused(at=workflow.now(), reason=f"admission failed: {cause or e}")
+        except ActivityError as e:
+            return Refused(at=workflow.now(), reason=f"admission failed: {e.cause or e}")
         if admission.target is None:
             return Refused(at=workflow.now(), reason=admission.refusal)
         return Admitted(
@@ -158,46 +135,27 @@ class Steps:
         if remaining <= timedelta(0):
             return Woke(at=workflow.now())
         taken = self._mirror.take()
-        local = self.local and phase in LOCAL_PHASES
-        if local:
-            handle = workflow.start_local_activity_method(
-                PHASE_ACTIVITY[phase],
-                self._phase_input(s.phase_deadline, mirror=taken),
-                # An attempt is a few API calls: one that hangs is cut and tried again
-                # (its claim ends with it: ``activities.fencing``), within the phase.
-                start_to_close_timeout=min(remaining + GRACE, LOCAL_ATTEMPT_TIMEOUT),
-                schedule_to_close_timeout=remaining + GRACE,
-                schedule_to_start_timeout=remaining,
-                retry_policy=SHORT,
-                summary=SUMMARY[phase],
-                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            )
-        else:
-            handle = workflow.start_activity_method(
-                PHASE_ACTIVITY[phase],
-                self._phase_input(s.phase_deadline, mirror=taken),
-                start_to_close_timeout=remaining + GRACE,
-                schedule_to_close_timeout=remaining + GRACE,
-                # Not started by the phase deadline: the phase cannot be done, and the
-                # reason says why (``failure``) rather than a bare "no verdict by the
-                # deadline".
-                schedule_to_start_timeout=remaining,
-                heartbeat_timeout=HEARTBEAT,
-                retry_policy=SHORT,
-                summary=SUMMARY[phase],
-                # A cancelled phase activity is waited for: one still running could remove
-                # a label or a router worker after the restore put it back.
-                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            )
+        handle = workflow.start_activity_method(
+            PHASE_ACTIVITY[phase],
+            self._phase_input(s.phase_deadline, mirror=taken),
+            start_to_close_timeout=remaining + GRACE,
+            schedule_to_close_timeout=remaining + GRACE,
+            # Not started by the phase deadline: the phase cannot be done, and the reason
+            # says why (``failure``) rather than a bare "no verdict by the deadline".
+            schedule_to_start_timeout=remaining,
+            heartbeat_timeout=HEARTBEAT,
+            retry_policy=SHORT,
+            summary=SUMMARY[phase],
+            # A cancelled phase activity is waited for: one still running could remove a
+            # label or a router worker after the restore put it back.
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
         try:
             done = await self._until_done(
                 handle,
                 interruptible=abortable(phase),
-                # A local activity's timeouts are the worker's own: no backstop timer,
-                # which would also be a command whose presence depends on the workflow
-                # task the result arrives in (see ``LOCAL_STEPS_PATCH``).
-                timeout=None if local else remaining + GRACE + BACKSTOP,
-                timeout_summary=None if local else backstop_summary(phase),
+                timeout=remaining + GRACE + BACKSTOP,
+                timeout_summary=backstop_summary(phase),
             )
         finally:
             self._mirror.back(taken, published=_mirrored(handle))
@@ -206,12 +164,12 @@ class Steps:
             return Woke(at=now)
         try:
             obs: Observation = handle.result()
-        except FailureError as e:  # a local activity's own error arrives unwrapped
+        except ActivityError as e:
             return Answered(
                 at=now,
                 phase=phase,
                 verdict=Verdict.UNKNOWN,
-                reason=failure(PHASE_ACTIVITY[phase].__name__, e, local=local),
+                reason=failure(PHASE_ACTIVITY[phase].__name__, e),
             )
         return Answered(
             at=now,

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, FailureError, TimeoutType
+from temporalio.exceptions import ActivityError, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
@@ -71,22 +71,15 @@ _QUEUE_TIMEOUTS = {
 }
 
 
-def failure(name: str, e: FailureError, *, local: bool = False) -> str:
+def failure(name: str, e: ActivityError) -> str:
     """Why activity ``name`` ended in ``e``, for a person.  An attempt that timed out before
     it started could not start in time because no worker slot was free, which a generic
     "timed out" would hide: a ScheduleToStart timeout always, a ScheduleToClose one when no
-    attempt started (``started_event_id`` unset: 0 on the server, -1 on the test server).
-    A ``local`` activity has no events at all, so only its ScheduleToStart timeout (no
-    local slot free in the worker) says that it never started, and its own error arrives
-    unwrapped (not inside an ``ActivityError``)."""
-    if not isinstance(e, ActivityError):
-        return f"{name} failed: {e}"
+    attempt started (``started_event_id`` unset: 0 on the server, -1 on the test server)."""
     cause = e.cause
     timeout = cause.type if isinstance(cause, ActivityTimeout) else None
     kind = _QUEUE_TIMEOUTS.get(timeout) if timeout is not None else None
-    never_started = timeout is TimeoutType.SCHEDULE_TO_START or (
-        not local and e.started_event_id <= 0
-    )
+    never_started = timeout is TimeoutType.SCHEDULE_TO_START or e.started_event_id <= 0
     if kind is not None and never_started:
         return (
             f"{name} could not start in time: it waited in the task queue until its "

@@ -36,9 +36,8 @@ def test_an_unknown_serve_from_the_environment_is_a_usage_error(
     assert len(err.splitlines()) == 1, err  # one line, no usage block
 
 
-@pytest.mark.parametrize("serves", list(Serves))
-def test_every_worker_needs_a_cluster(serves: Serves) -> None:
-    """A workflows-only worker too: it runs the short steps as local activities."""
+@pytest.mark.parametrize("serves", [Serves.ALL, Serves.ACTIVITIES])
+def test_a_worker_running_activities_needs_a_cluster(serves: Serves) -> None:
     with (
         ThreadPoolExecutor(max_workers=1) as pool,
         pytest.raises(ValueError, match="needs a cluster"),

@@ -37,15 +37,7 @@ from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow
 
 Behaviour = Literal[
-    "verified",
-    "hang",
-    "failed",
-    "unknown",
-    "stubborn",
-    "stale",
-    "refuse",
-    "refuse-failed",
-    "raise-once",
+    "verified", "hang", "failed", "unknown", "stubborn", "stale", "refuse", "refuse-failed"
 ]
 
 
@@ -96,8 +88,6 @@ class FakeWorld:
     #: How many snapshots were published when the last restore began.
     published_before_restore: int = -1
     started: dict[str, asyncio.Event] = field(default_factory=dict)
-    #: The phase activities that stopped hanging (cancelled), in order.
-    stopped: list[str] = field(default_factory=list)
 
     def started_event(self, name: str) -> asyncio.Event:
         """Set when the named activity starts."""
@@ -140,11 +130,6 @@ class FakeWorld:
             )
         if mode == "unknown":
             return Observation(verdict=Verdict.UNKNOWN, reason=f"{name} budget exhausted")
-        if mode == "raise-once":  # a definite Kubernetes error (a 422), then it works
-            from temporalio.exceptions import ApplicationError
-
-            self.behaviour[name] = "verified"
-            raise ApplicationError("HTTP 422 Unprocessable", type="Invalid", non_retryable=True)
         if mode == "stubborn":  # a synchronous step that never heartbeats: deaf to a cancel
             await asyncio.shield(asyncio.sleep(1.5))
             self.calls.append(f"{name} ended")
@@ -153,13 +138,9 @@ class FakeWorld:
                 reason=f"{name} ok",
                 evidence_at=activity.info().current_attempt_scheduled_time,
             )
-        try:
-            while True:  # hang until cancelled, heartbeating like the real pollers
-                if not activity.info().is_local:  # a local activity has no heartbeat
-                    activity.heartbeat()
-                await asyncio.sleep(0.05)
-        finally:
-            self.stopped.append(name)
+        while True:  # hang until cancelled, heartbeating like the real pollers
+            activity.heartbeat()
+            await asyncio.sleep(0.05)
 
     @activity.defn(name="admit")
     async def admit(self, inp: AdmitInput) -> Admission:
@@ -277,27 +258,3 @@ async def start(client: Client, queue: str, req: RetirementRequest) -> WorkflowH
         task_queue=queue,
         result_type=RetirementState,
     )
-
-
-def request(**kw: object) -> RetirementRequest:
-    """A retirement request of replica 1 of a deployment of its own (``kw``: more fields)."""
-    base: dict[str, object] = {
-        "namespace": "ns",
-        "deployment": f"md-{uuid.uuid4().hex[:8]}",
-        "role": "server",
-        "ordinal": 1,
-    }
-    base.update(kw)
-    return RetirementRequest.model_validate(base)
-
-
-#: The activities of a retirement that completes, in order, and which run locally.
-COMPLETE_STEPS = [
-    ("admit", True),
-    ("disqualify", True),
-    ("withdraw", False),
-    ("drain", False),
-    ("delete", False),
-    ("settle", False),
-    ("publish", True),
-]

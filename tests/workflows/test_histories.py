@@ -37,8 +37,6 @@ from retirement.models import (
     RetirementRequest,
     RetirementState,
 )
-from testbed.history_steps import activity_steps
-from tests.workflows.fakes import COMPLETE_STEPS
 from tests.workflows.history_paths import HISTORIES, TIME_SKIPPING, run_paths
 from workflows.retirement import RetirementWorkflow
 from workflows.wording import PHASE_ACTIVITY, backstop_summary, rerun_summary
@@ -129,9 +127,6 @@ def test_the_recorded_paths_are_what_they_say() -> None:
         if e.HasField("activity_task_scheduled_event_attributes")
     ]
     assert activities.count("drain") == 1 and "delete" in activities, activities
-    # Since LOCAL_STEPS_PATCH the short steps are markers, the rest activities.
-    steps = [(s.name, s.local) for s in activity_steps(dict(recorded())["complete"].events)]
-    assert steps == COMPLETE_STEPS, steps
     assert ends["abort-hold"] == "EVENT_TYPE_WORKFLOW_TASK_COMPLETED"  # still held
     for first in ("retry-signal-1", "long-hold-continued-1"):
         assert ends[first] == "EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW", first
@@ -197,11 +192,6 @@ def payloads(history: WorkflowHistory) -> Iterator[tuple[Payload, type[BaseModel
             result = ACTIVITY_IO[scheduled[c.scheduled_event_id]][1]
             for p in c.result.payloads if result is not None else ():
                 yield p, result
-    # A local activity's marker holds its result (its input is not recorded).
-    for step in activity_steps(history.events):
-        model = ACTIVITY_IO[step.name][1]
-        if step.local and step.result is not None and model is not None:
-            yield step.result, model
 
 
 def test_recorded_payloads_encode_as_they_were_recorded() -> None:
@@ -215,7 +205,6 @@ def test_recorded_payloads_encode_as_they_were_recorded() -> None:
             again = convert.to_payloads([convert.from_payload(payload, model)])[0]
             assert again.data == payload.data, f"{name}: a {model.__name__} encodes otherwise"
             seen.add(model.__name__)
-    # Admission runs only as a local activity now: its input is in no history.
     assert seen == {m.__name__ for m in (RetirementRequest, RetirementState)} | {
-        m.__name__ for io in ACTIVITY_IO.values() for m in io if m not in (None, AdmitInput)
+        m.__name__ for io in ACTIVITY_IO.values() for m in io if m is not None
     }

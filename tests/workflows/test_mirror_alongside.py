@@ -1,25 +1,25 @@
 """The mirror's snapshots ride along with the phase activities (``Mirror.take``/``back``),
 on the time-skipping server with fake activities: every phase change is published once,
-in order, with one publish activity for a whole retirement (its last snapshot, a local
-one since ``LOCAL_STEPS_PATCH``); what a phase did not publish goes out by the publish
-activity before anything later; an abort
+in order, with one publish activity for a whole retirement (its last snapshot); what a
+phase did not publish goes out by the publish activity before anything later; an abort
 while a phase carries snapshots loses none and keeps the order."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from retirement.models import AbortRequest, PhaseInput, RetirementState
+from retirement.models import AbortRequest, PhaseInput, RetirementRequest, RetirementState
 from retirement.phases import ORDER, Outcome, Phase
-from testbed.history_steps import activity_names
-from tests.workflows.fakes import FakeWorld, request, running, start
+from tests.workflows.fakes import FakeWorld, running, start
 from workflows.retirement import RetirementWorkflow
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -52,10 +52,20 @@ async def world_worker(
         yield time_skipping_env.client, world, queue
 
 
+def request() -> RetirementRequest:
+    return RetirementRequest(
+        namespace="ns", deployment=f"md-{uuid.uuid4().hex[:8]}", role="server", ordinal=1
+    )
+
+
 async def activities(handle: WorkflowHandle) -> list[str]:  # type: ignore[type-arg]
-    """The activity types of the history, remote or local, in order."""
+    """The activity types the history scheduled, in order."""
     history = await handle.fetch_history()
-    return activity_names(history.events)
+    return [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
 
 
 async def test_a_retirement_publishes_every_phase_once_with_one_publish_activity(
@@ -74,10 +84,9 @@ async def test_a_retirement_publishes_every_phase_once_with_one_publish_activity
 async def test_what_a_phase_did_not_publish_goes_out_first_by_activity(
     world_worker: tuple[Client, LeavingWorld, str],
 ) -> None:
-    """Withdrawing left unpublished by its phase: a publish activity sends it, after the
-    withdrawal; while one runs, later snapshots stay queued behind it (here the fake
-    phases are quicker than a publish, so they all go by activity, the last ones locally
-    as the run ends), all in order."""
+    """Withdrawing left unpublished by its phase: the publish activity sends it, scheduled
+    with the drain; while it runs, later snapshots stay queued behind it (here the fake
+    phases are quicker than a publish, so they all go by activity), all in order."""
     client, world, queue = world_worker
     world.unpublished = {Phase.WITHDRAWING}
     handle = await start(client, queue, request())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -29,6 +30,7 @@ from retirement.models import (
     AbortRequest,
     CancelIntent,
     IntentKind,
+    RetirementRequest,
     RetirementState,
     RetryRequest,
     RouterlessPolicy,
@@ -39,7 +41,7 @@ from tests.conftest import register_search_attributes
 from tests.helpers import model_deployment
 from tests.helpers.fake_kube import FakeKube, member_pod, oneshot_stdout
 from tests.helpers.retirements import end_retirement
-from tests.workflows.fakes import FakeWorld, request, start
+from tests.workflows.fakes import FakeWorld, running, start
 from worker.build import workflow_runner
 from workflows.options import HEARTBEAT_THROTTLE
 from workflows.retirement import RetirementWorkflow
@@ -47,6 +49,26 @@ from workflows.retirement import RetirementWorkflow
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 HISTORIES: list[tuple[str, object]] = []  # recorded for the replay test
+
+
+@pytest.fixture
+async def world_worker(
+    time_skipping_env: WorkflowEnvironment,
+) -> AsyncIterator[tuple[Client, FakeWorld, str]]:
+    world = FakeWorld()
+    async with running(time_skipping_env.client, world) as queue:
+        yield time_skipping_env.client, world, queue
+
+
+def request(**kw: object) -> RetirementRequest:
+    base: dict[str, object] = {
+        "namespace": "ns",
+        "deployment": f"md-{uuid.uuid4().hex[:8]}",
+        "role": "server",
+        "ordinal": 1,
+    }
+    base.update(kw)
+    return RetirementRequest.model_validate(base)
 
 
 async def wait_held(handle: WorkflowHandle, timeout: float = 20.0) -> RetirementState:  # type: ignore[type-arg]
