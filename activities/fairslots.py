@@ -168,14 +168,15 @@ class FairSlots:
 #: Waits for idle one worker runs at once (``WorkerSlots.waits``, ``retire-worker
 #: --max-concurrent-waits``): one per busy member of a retirement whose engine counts
 #: exactly; past it, a busy member's next read is spaced as it would be without waiting
-#: (``retirement.drain.next_read_in``), each read an exec.  Measured in the worker
-#: benchmark at N = 200 (docs/benchmarks.md): with 64, the members left without a wait
-#: were read an exec at a time when their engines went idle together, the execs queued,
-#: and 4-12 of 200 withdrawals ran out of budget (safe aborts) in three runs; with 256
-#: every member waits in one exec, 200 of 200 completed in two runs.  A wait runs on its
-#: phase activity's own thread and holds a websocket to the API server and a sleeping
-#: process in the engine's container while it lasts.
-DEFAULT_WAIT_SLOTS = 256
+#: (``retirement.drain.next_read_in``), each read an exec.  A wait runs on its phase
+#: activity's own thread and holds a websocket to the API server and a sleeping process
+#: in the engine's container while it lasts.  Measured in the worker benchmark at N = 200
+#: (docs/benchmarks.md): when every retirement is already withdrawing as its engine goes
+#: idle (as with admission run locally, since reverted) 64 left the rest to be read an
+#: exec at a time and 4-12 of 200 withdrawals ran out of budget, where 256 let all 200
+#: complete; on today's steps 64 completed 200 of 200 in five runs and 256 was not better
+#: in three (52.7-57.1 s idle -> delete against 41.5-58.5 s).
+DEFAULT_WAIT_SLOTS = 64
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from testbed.paths import REPO_ROOT
 #: run, None where it was not kept).
 RUNS: list[tuple[str, list[float], list[int], list[float | None]]] = [
     (
-        "before\n(fc6980d)",
+        "before, and shipped\n(fc6980d: 64 wait slots)",
         [48.7, 41.5, 46.2, 45.9, 58.5],
         [200, 200, 200, 200, 200],
         [None, None, None, None, None],
@@ -30,6 +30,12 @@ RUNS: list[tuple[str, list[float], list[int], list[float | None]]] = [
         [200, 200, 200, 200, 200],
         [22.9, 19.6, 24.3, 23.5, 20.4],
     ),
+    (
+        "local steps reverted,\n256 wait slots (528c360)",
+        [52.7, 54.5, 57.1],
+        [200, 200, 200],
+        [35.8, 34.7, 32.5],
+    ),
 ]
 GOAL_S = 45.0
 PICTURE = REPO_ROOT / "docs" / "img" / "fleet_n200_local_steps.png"
@@ -37,7 +43,7 @@ PICTURE = REPO_ROOT / "docs" / "img" / "fleet_n200_local_steps.png"
 
 def draw(path: Path = PICTURE) -> None:
     """Draw ``RUNS`` to ``path``."""
-    with two_panels(path) as (left, right):
+    with two_panels(path, figsize=(13, 4.6)) as (left, right):
         for i, (_, idle, _, _) in enumerate(RUNS):
             left.scatter([i] * len(idle), idle, color="tab:blue", zorder=3)
             left.hlines(sorted(idle)[len(idle) // 2], i - 0.25, i + 0.25, color="tab:blue")
