@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -23,11 +24,10 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from retirement.models import AbortRequest, CancelIntent, RetirementState
+from retirement.models import AbortRequest, CancelIntent, RetirementRequest, RetirementState
 from retirement.phases import Outcome
 from tests.helpers.retirements import ENDED, end_retirement
 from tests.workflows.fakes import FakeWorld, running, start
-from tests.workflows.test_retirement_time_skipping import request
 from workflows.retirement import RetirementWorkflow
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -36,6 +36,12 @@ Handle = WorkflowHandle[Any, RetirementState]
 #: A query the time-skipping server leaves unanswered (it does at times under a flood of
 #: them) is given up after this, and asked again.
 QUERY_TIMEOUT = timedelta(seconds=2)
+
+
+def request() -> RetirementRequest:
+    return RetirementRequest(
+        namespace="ns", deployment=f"md-{uuid.uuid4().hex[:8]}", role="server", ordinal=1
+    )
 
 
 async def hammer(handle: Handle, stop: asyncio.Event) -> None:
