@@ -17,13 +17,17 @@ given time for the count to read 0 (``#busy<TAB>N`` when it does not), prints
 reads again: a whole quiet window in one exec, instead of an exec at each of its ends and
 the wait between them in the worker.  It reads only; it writes nothing.
 
-Why the standard library only (``http.client`` and the parser below, no ``urllib`` and no
-``prometheus_client``): every drain read of every retirement starts this process on the
-member's node, and its start-up is the bulk of what a fleet of drains costs.  Measured here
-(``python3 -c`` against an emulated vLLM engine, CPU per read): 97 ms with ``urllib`` and
-``prometheus_client``'s parser (115 ms on the bed, where 50 reads at once took 4.2 s
-against the 5 s exec bound), 48 ms as it is now; importing ``prometheus_client`` alone was
-~85 ms of it.  It also no longer depends on the image shipping ``prometheus_client``.  The
+Why the standard library only, and so little of it (no ``urllib``, no ``prometheus_client``,
+and no ``http.client`` either: a GET of its own over a socket, below): every read of every
+retirement starts this process on the member's node, and its start-up is the bulk of what a
+fleet of reads costs.  Measured here (CPU per process): 97 ms with ``urllib`` and
+``prometheus_client``'s parser, 44 ms with ``http.client`` (whose imports, ``email`` and
+``ssl`` among them, were 60 % of it), 17 ms now (``_socket``, ``re``, ``json``); on the bed
+one read, exec and all, went from 60-83 to 35-37 ms of the node's CPU (2026-12-06).  The GET
+is HTTP/1.1 with ``Connection: close`` and reads the framings the engines' server (uvicorn)
+sends: a Content-Length (``/load``) or chunked (``/metrics``: prometheus_client's ASGI app
+sends no length); any other framing, a malformed head or chunk, or a cut inside either
+fails the read (``tests/unit/test_oneshot_uvicorn.py`` reads uvicorn's own answers).  The
 parser reads the text exposition format strictly: any line that is not a comment, blank, or
 a well-formed sample fails the whole read (``malformed metrics``), so a body it does not
 understand reads UNKNOWN, never idle; on well-formed bodies its sums equal
@@ -87,6 +91,107 @@ def parse(text, names):
     return sums, seen, bad
 """
 
+_HTTP = r"""
+class IncompleteRead(Exception):
+    pass
+class BadResponse(Exception):
+    pass
+def fetch(port, scheme, what, accept, cap, timeout):
+    # One GET over loopback (HTTP/1.1, Connection: close): (status, body, the body's
+    # Content-Length or None).  At most cap + 1 bytes of body are read; a response whose
+    # framing it does not understand raises, as does one cut short inside its head or a
+    # chunk.
+    if scheme == "https":
+        import socket, ssl
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout))
+    else:
+        import _socket
+        s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+        s.settimeout(timeout)
+    try:
+        if scheme != "https":
+            s.connect(("127.0.0.1", port))
+        head = ("GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAccept-Encoding: identity\r\n"
+                "Accept: %s\r\nConnection: close\r\n\r\n" % (what, port, accept))
+        s.sendall(head.encode("ascii"))
+        buf = bytearray()
+        def more():
+            data = s.recv(65536)
+            buf.extend(data)
+            return len(data) > 0
+        def line():
+            while True:
+                i = buf.find(b"\n")
+                if i >= 0:
+                    out = bytes(buf[:i + 1]); del buf[:i + 1]
+                    return out
+                if len(buf) > 65536:
+                    raise BadResponse("LineTooLong")
+                if not more():
+                    raise IncompleteRead()
+        def take(n):
+            while len(buf) < n and more():
+                pass
+            out = bytes(buf[:n]); del buf[:n]
+            return out
+        version, _, rest = line().rstrip(b"\r\n").partition(b" ")
+        code = rest[:3]
+        if version not in (b"HTTP/1.0", b"HTTP/1.1") or len(code) != 3 or not code.isdigit() \
+                or rest[3:4] not in (b"", b" "):
+            raise BadResponse("BadStatusLine")
+        headers = {}
+        while True:
+            h = line()
+            if h in (b"\r\n", b"\n"):
+                break
+            if len(headers) >= 100 or h[:1] in (b" ", b"\t"):
+                raise BadResponse("BadHeader")
+            name, colon, value = h.decode("latin-1").partition(":")
+            name = name.lower()
+            if not colon or not name or name != name.strip():
+                raise BadResponse("BadHeader")
+            if name in ("content-length", "transfer-encoding") and name in headers:
+                raise BadResponse("BadHeader")  # the framing said twice
+            headers[name] = value.strip()
+        if int(code) != 200:
+            return int(code), b"", None
+        te, length = headers.get("transfer-encoding"), headers.get("content-length")
+        if te is not None:
+            if te.lower() != "chunked":
+                raise BadResponse("UnknownTransferEncoding")
+            body = bytearray()
+            while len(body) <= cap:
+                size = line().rstrip(b"\r\n").partition(b";")[0].strip()
+                if not size or len(size) > 16 or size.strip(b"0123456789abcdefABCDEF"):
+                    raise BadResponse("BadChunkSize")
+                size = int(size, 16)
+                if size == 0:
+                    while line() not in (b"\r\n", b"\n"):
+                        pass
+                    break
+                data = take(size)
+                body.extend(data)
+                end = take(2) if len(data) == size else b""
+                if len(end) < 2:
+                    raise IncompleteRead()
+                if end != b"\r\n":
+                    raise BadResponse("BadChunk")
+            return 200, bytes(body[:cap + 1]), None
+        if length is not None:
+            if not length.isdigit():
+                raise BadResponse("BadContentLength")
+            want = int(length)
+            return 200, take(min(want, cap + 1)), want
+        while len(buf) <= cap and more():
+            pass
+        return 200, bytes(buf[:cap + 1]), None
+    finally:
+        s.close()
+"""
+
 _MAIN = r"""
 import sys
 def fail(reason):
@@ -100,33 +205,22 @@ try:
 except (IndexError, ValueError):
     fail("bad arguments")
 if (not 0 < port < 65536 or scheme not in ("http", "https") or not path.startswith("/")
+        or not path.isprintable() or " " in path
         or mode not in ("plain", "exact", "exact2", "quiet")
         or not 0 <= wait <= %(max_wait)s or not 0 <= window <= %(max_window)s
         or (mode == "quiet" and window == 0)):
     fail("bad arguments")
-import http.client
 def get(what, accept, cap, shown):
     try:
-        if scheme == "https":
-            import ssl
-            ctx = ssl.create_default_context()
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-            conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=%(timeout)s, context=ctx)
-        else:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=%(timeout)s)
-        conn.request("GET", what, headers={"Accept": accept})
-        resp = conn.getresponse()
-        if resp.status != 200:
-            fail("GET failed: %s: HTTP %d" % (what, resp.status))
-        # The parsed Content-Length (None when chunked or not given): read(amt) returns a
-        # body cut short by an early close without raising.
-        want = resp.length
-        body = resp.read(cap + 1)
+        status, body, want = fetch(port, scheme, what, accept, cap, %(timeout)s)
     except Exception as e:
         fail("GET failed: %s: %s" % (what, type(e).__name__))
+    if status != 200:
+        fail("GET failed: %s: HTTP %d" % (what, status))
     if len(body) > cap:
         fail("body over the %s cap (GET %s)" % (shown, what))
+    # ``want``: the Content-Length (None when chunked or not given): a body cut short by an
+    # early close is shorter.
     if want is not None and len(body) != want:
         fail("body cut short: %d of its Content-Length %d bytes" % (len(body), want))
     return body
@@ -197,11 +291,16 @@ MAX_WAIT_S = 60.0
 #: read at their two ends by two execs, as before.
 MAX_WINDOW_S = 30.0
 
-SCRIPT = PARSER + _MAIN.replace("%(timeout)s", repr(HTTP_TIMEOUT_S)).replace(
-    "%(cap)d", str(BODY_CAP)
-).replace("%(spacing)s", repr(TWICE_SPACING_S)).replace("%(max_wait)s", repr(MAX_WAIT_S)).replace(
-    "%(max_window)s", repr(MAX_WINDOW_S)
-).replace("%(poll)s", repr(WAIT_POLL_S))
+SCRIPT = (
+    PARSER
+    + _HTTP
+    + _MAIN.replace("%(timeout)s", repr(HTTP_TIMEOUT_S))
+    .replace("%(cap)d", str(BODY_CAP))
+    .replace("%(spacing)s", repr(TWICE_SPACING_S))
+    .replace("%(max_wait)s", repr(MAX_WAIT_S))
+    .replace("%(max_window)s", repr(MAX_WINDOW_S))
+    .replace("%(poll)s", repr(WAIT_POLL_S))
+)
 
 #: The wait one-shot (``wait_command``): no evidence, only a trigger.  It asks the engine for
 #: its request-level count (``GET /load``, on loopback, 2 s timeout, 4 KiB cap) every
@@ -210,8 +309,9 @@ SCRIPT = PARSER + _MAIN.replace("%(timeout)s", repr(HTTP_TIMEOUT_S)).replace(
 #: caller then reads the member as it always does (``SCRIPT``): the proof is unchanged, it
 #: only comes sooner after the engine goes idle than a read spaced for a busy engine would.
 WAIT_SCRIPT = (
-    r"""
-import sys, time, json, http.client
+    _HTTP
+    + r"""
+import sys, time, json
 def done(line):
     print(line, flush=True); sys.exit(0)
 try:
@@ -222,19 +322,9 @@ if not 0 < port < 65536 or scheme not in ("http", "https") or not 0 < wait <= %(
     done("#error\tbad arguments")
 def count():
     try:
-        if scheme == "https":
-            import ssl
-            ctx = ssl.create_default_context()
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-            conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=%(timeout)s, context=ctx)
-        else:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=%(timeout)s)
-        conn.request("GET", "/load", headers={"Accept": "application/json"})
-        resp = conn.getresponse()
-        body = resp.read(4097)
-        conn.close()
-        n = json.loads(body)["server_load"] if resp.status == 200 and len(body) <= 4096 else None
+        status, body, want = fetch(port, scheme, "/load", "application/json", 4096, %(timeout)s)
+        ok = status == 200 and len(body) <= 4096 and (want is None or len(body) == want)
+        n = json.loads(body)["server_load"] if ok else None
     except Exception:
         return None
     return n if type(n) is int and n >= 0 else None

@@ -154,3 +154,66 @@ def test_an_empty_body_still_reads_missing_series(raw_server: tuple[int, list[by
     out = read(port)
     assert "#error" not in out and "missing" in out, out
     assert not parse_oneshot_output(engine="vLLM", stdout=out).complete
+
+
+def test_chunk_extensions_and_trailers_read_complete(raw_server: tuple[int, list[bytes]]) -> None:
+    """What RFC 9112 allows around chunks (an extension, a trailer field) is read past."""
+    port, answers = raw_server
+    answers.append(
+        _head("Transfer-Encoding: chunked")
+        + b"%x;name=value\r\n%s\r\n" % (len(BODY), BODY)
+        + b"0\r\nX-Trailer: 1\r\n\r\n"
+    )
+    s = parse_oneshot_output(engine="vLLM", stdout=read(port))
+    assert s.complete and s.in_flight == 12, s
+
+
+def test_a_close_delimited_http10_body_reads_complete(raw_server: tuple[int, list[bytes]]) -> None:
+    port, answers = raw_server
+    answers.append(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + BODY)
+    s = parse_oneshot_output(engine="vLLM", stdout=read(port))
+    assert s.complete and s.in_flight == 12, s
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (_head("Transfer-Encoding: gzip") + BODY, "BadResponse"),
+        (_head("Transfer-Encoding: chunked") + b"zz\r\n" + BODY, "BadResponse"),
+        (_head("Transfer-Encoding: chunked") + b"%x\r\n%sXX0\r\n\r\n" % (len(BODY), BODY), "Bad"),
+        (
+            _head(f"Content-Length: {len(BODY)}", f"Content-Length: {len(CUT)}") + BODY,
+            "BadResponse",
+        ),
+        (b"HTTP/2 200\r\n\r\n" + BODY, "BadResponse"),
+        (b"ICY 200 OK\r\n\r\n" + BODY, "BadResponse"),
+        (_head("Content-Length: 12", " folded") + BODY, "BadResponse"),
+        (_head("Content-Length: -1") + BODY, "BadResponse"),
+        (_head("Content-Length: 0x10") + BODY, "BadResponse"),
+        (b"HTTP/1.1 200 OK\r\nContent-Len", "IncompleteRead"),
+        (b"", "IncompleteRead"),
+    ],
+    ids=[
+        "unknown-transfer-encoding",
+        "bad-chunk-size",
+        "chunk-without-its-crlf",
+        "two-content-lengths",
+        "not-http-1",
+        "not-http",
+        "folded-header",
+        "negative-length",
+        "hex-length",
+        "cut-in-the-head",
+        "closed-at-once",
+    ],
+)
+def test_framing_it_does_not_understand_reads_unknown(
+    raw_server: tuple[int, list[bytes]], answer: bytes, why: str
+) -> None:
+    """The one-shot's own GET (no ``http.client``) refuses what it cannot frame for sure."""
+    port, answers = raw_server
+    answers.append(answer)
+    out = read(port)
+    assert out.startswith("#error\tGET failed: /metrics: "), out
+    s = parse_oneshot_output(engine="vLLM", stdout=out)
+    assert not s.complete and not s.idle and why in s.reason, s
