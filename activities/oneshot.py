@@ -27,7 +27,10 @@ one read, exec and all, went from 60-83 to 35-37 ms of the node's CPU (2026-12-0
 is HTTP/1.1 with ``Connection: close`` and reads the framings the engines' server (uvicorn)
 sends: a Content-Length (``/load``) or chunked (``/metrics``: prometheus_client's ASGI app
 sends no length); any other framing, a malformed head or chunk, or a cut inside either
-fails the read (``tests/unit/test_oneshot_uvicorn.py`` reads uvicorn's own answers).  The
+fails the read (``tests/unit/test_oneshot_uvicorn.py`` reads uvicorn's own answers).  A body
+delimited only by the server's close is refused too (``http.client`` read it): a close at a
+line's end is indistinguishable from the body's end, and would have dropped, say, a busy
+rank's gauge from a read that then parsed as idle.  The
 parser reads the text exposition format strictly: any line that is not a comment, blank, or
 a well-formed sample fails the whole read (``malformed metrics``), so a body it does not
 understand reads UNKNOWN, never idle; on well-formed bodies its sums equal
@@ -98,15 +101,23 @@ class BadResponse(Exception):
     pass
 def fetch(port, scheme, what, accept, cap, timeout):
     # One GET over loopback (HTTP/1.1, Connection: close): (status, body, the body's
-    # Content-Length or None).  At most cap + 1 bytes of body are read; a response whose
-    # framing it does not understand raises, as does one cut short inside its head or a
-    # chunk.
+    # Content-Length or None when chunked), within ``timeout`` seconds in all.  At most
+    # cap + 1 bytes of body are read.  A 200 framed any other way than by a Content-Length
+    # or chunked raises (a body read until the close cannot tell a cut at a line's end
+    # from its end), as do a malformed head or chunk and a cut inside either.
+    import time
+    deadline = time.monotonic() + timeout
     if scheme == "https":
         import socket, ssl
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
-        s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout))
+        raw = socket.create_connection(("127.0.0.1", port), timeout)
+        try:
+            s = ctx.wrap_socket(raw)
+        except BaseException:
+            raw.close()
+            raise
     else:
         import _socket
         s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
@@ -119,6 +130,10 @@ def fetch(port, scheme, what, accept, cap, timeout):
         s.sendall(head.encode("ascii"))
         buf = bytearray()
         def more():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError()
+            s.settimeout(left)
             data = s.recv(65536)
             buf.extend(data)
             return len(data) > 0
@@ -163,7 +178,7 @@ def fetch(port, scheme, what, accept, cap, timeout):
             if te.lower() != "chunked":
                 raise BadResponse("UnknownTransferEncoding")
             body = bytearray()
-            while len(body) <= cap:
+            while True:
                 size = line().rstrip(b"\r\n").partition(b";")[0].strip()
                 if not size or len(size) > 16 or size.strip(b"0123456789abcdefABCDEF"):
                     raise BadResponse("BadChunkSize")
@@ -171,23 +186,25 @@ def fetch(port, scheme, what, accept, cap, timeout):
                 if size == 0:
                     while line() not in (b"\r\n", b"\n"):
                         pass
-                    break
-                data = take(size)
+                    return 200, bytes(body), None
+                want = min(size, cap + 1 - len(body))
+                data = take(want)
                 body.extend(data)
-                end = take(2) if len(data) == size else b""
+                if len(data) < want:
+                    raise IncompleteRead()
+                if want < size:
+                    return 200, bytes(body), None  # over the cap: the caller says so
+                end = take(2)
                 if len(end) < 2:
                     raise IncompleteRead()
                 if end != b"\r\n":
                     raise BadResponse("BadChunk")
-            return 200, bytes(body[:cap + 1]), None
-        if length is not None:
-            if not length.isdigit():
-                raise BadResponse("BadContentLength")
-            want = int(length)
-            return 200, take(min(want, cap + 1)), want
-        while len(buf) <= cap and more():
-            pass
-        return 200, bytes(buf[:cap + 1]), None
+        if length is None:
+            raise BadResponse("NoFraming")
+        if not (length.isascii() and length.isdigit()):
+            raise BadResponse("BadContentLength")
+        want = int(length)
+        return 200, take(min(want, cap + 1)), want
     finally:
         s.close()
 """
@@ -214,7 +231,10 @@ def get(what, accept, cap, shown):
     try:
         status, body, want = fetch(port, scheme, what, accept, cap, %(timeout)s)
     except Exception as e:
-        fail("GET failed: %s: %s" % (what, type(e).__name__))
+        # The class, and the message of the GET's own refusals (fixed words: no text of
+        # the answer or the system reaches the output).
+        why = type(e).__name__ + (": " + str(e) if isinstance(e, BadResponse) else "")
+        fail("GET failed: %s: %s" % (what, why))
     if status != 200:
         fail("GET failed: %s: HTTP %d" % (what, status))
     if len(body) > cap:

@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+import ssl
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import uvicorn
@@ -32,15 +34,14 @@ from starlette.routing import Mount, Route
 from activities.oneshot import command, wait_command
 from retirement.readings import SERIES, parse_oneshot_reads
 
-pytest.importorskip("httptools")  # a dev dependency: a fresh venv has it
-
 NAMES = SERIES["vLLM"].all
 
 
 class Engine:
     """The metrics and the count a test sets, served by uvicorn on loopback."""
 
-    def __init__(self, http: str) -> None:
+    def __init__(self, http: str, tls: tuple[Path, Path] | None = None) -> None:
+        self.scheme = "http" if tls is None else "https"
         self.registry = CollectorRegistry()
         self.running = Gauge("vllm:num_requests_running", "", ["engine"], registry=self.registry)
         self.waiting = Gauge("vllm:num_requests_waiting", "", ["engine"], registry=self.registry)
@@ -62,7 +63,14 @@ class Engine:
         app = Starlette(routes=[Route("/load", load), metrics])
         sock = socket.create_server(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(app, http=http, log_level="error", lifespan="off")
+        config = uvicorn.Config(
+            app,
+            http=http,
+            log_level="error",
+            lifespan="off",
+            ssl_certfile=None if tls is None else str(tls[0]),
+            ssl_keyfile=None if tls is None else str(tls[1]),
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=lambda: asyncio.run(self.server.serve(sockets=[sock])), daemon=True
@@ -75,7 +83,12 @@ class Engine:
 
     def raw_head(self, path: str) -> str:
         """The head of the answer to a plain HTTP/1.1 GET of ``path``."""
-        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+        raw = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        if self.scheme == "https":
+            ctx = ssl.create_default_context()
+            ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+            raw = ctx.wrap_socket(raw)
+        with raw as s:
             s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
             data = b""
             while b"\r\n\r\n" not in data:
@@ -89,9 +102,25 @@ class Engine:
         self.thread.join(timeout=10)
 
 
-@pytest.fixture(params=["httptools", "h11"])
-def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
-    e = Engine(request.param)
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (the one-shot does not verify it, as a
+    metrics endpoint's is usually the engine's own)."""
+    d = tmp_path_factory.mktemp("tls")
+    cert, key = d / "cert.pem", d / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+@pytest.fixture(params=["httptools", "h11", "httptools+tls"])
+def engine(request: pytest.FixtureRequest, tls: tuple[Path, Path]) -> Iterator[Engine]:
+    http, _, secure = str(request.param).partition("+")
+    e = Engine(http, tls if secure else None)
     yield e
     e.stop()
 
@@ -114,7 +143,7 @@ def test_a_double_exact_read_sums_the_ranks_and_reads_the_count(engine: Engine) 
     engine.generation.labels("1").inc(20)
     engine.load = 4
     argv = command(
-        port=engine.port, scheme="http", path="/metrics", names=NAMES, exact=True, twice=True
+        port=engine.port, scheme=engine.scheme, path="/metrics", names=NAMES, exact=True, twice=True
     )
     reads = parse_oneshot_reads(engine="vLLM", stdout=run(argv), exact=True, reads=2)
     for s in reads:
@@ -124,7 +153,7 @@ def test_a_double_exact_read_sums_the_ranks_and_reads_the_count(engine: Engine) 
 
 def test_an_idle_engine_reads_idle(engine: Engine) -> None:
     argv = command(
-        port=engine.port, scheme="http", path="/metrics", names=NAMES, exact=True, twice=True
+        port=engine.port, scheme=engine.scheme, path="/metrics", names=NAMES, exact=True, twice=True
     )
     reads = parse_oneshot_reads(engine="vLLM", stdout=run(argv), exact=True, reads=2)
     assert all(s.complete and s.idle and s.exact == 0 for s in reads), reads
@@ -132,10 +161,10 @@ def test_an_idle_engine_reads_idle(engine: Engine) -> None:
 
 def test_the_wait_one_shot_reads_the_count(engine: Engine) -> None:
     engine.load = 1
-    out = run(wait_command(port=engine.port, scheme="http", wait_s=0.6))
+    out = run(wait_command(port=engine.port, scheme=engine.scheme, wait_s=0.6))
     assert out.startswith("#busy\t1"), out
     engine.load = 0
-    out = run(wait_command(port=engine.port, scheme="http", wait_s=0.6))
+    out = run(wait_command(port=engine.port, scheme=engine.scheme, wait_s=0.6))
     assert out.startswith("#idle\t"), out
 
 
