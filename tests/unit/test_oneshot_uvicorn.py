@@ -1,5 +1,6 @@
 """The one-shots against the server vLLM and SGLang really run: uvicorn (with ``httptools``,
-what ``uvicorn[standard]`` installs and the engines' images carry, and with ``h11``), serving
+the parser its ``auto`` mode picks when installed, as ``uvicorn[standard]`` does, and with
+``h11``, its pure-Python fallback), serving
 ``prometheus_client``'s ASGI app at ``/metrics`` as both mount it (vLLM's ``mount_metrics``,
 SGLang's ``add_prometheus_middleware``: ``Mount("/metrics", make_asgi_app(registry=...))``
 with the path regex that avoids Starlette's 307 to ``/metrics/``), and a JSON ``/load`` as
