@@ -142,6 +142,19 @@ def test_vllm_exposition_has_every_series_per_dp_engine(
     assert "vllm:gpu_cache_usage_perc" in samples
 
 
+@pytest.mark.parametrize("kind", [EngineKind.VLLM, EngineKind.SGLANG])
+def test_metrics_come_chunked_as_uvicorn_sends_them(
+    make: Callable[..., EngineEmulator], client: httpx.Client, kind: EngineKind
+) -> None:
+    """No Content-Length on ``/metrics``: the engines' uvicorn frames prometheus_client's
+    answer chunked (its twin against uvicorn itself: ``tests/unit/test_oneshot_uvicorn.py``),
+    so the bed's reads go through the one-shot's chunked path as the real ones do."""
+    emu = make(kind)
+    r = client.get(url(emu, "/metrics"))
+    assert r.status_code == 200 and r.headers.get("transfer-encoding") == "chunked", r.headers
+    assert "content-length" not in r.headers and r.text.endswith("\n")
+
+
 @pytest.mark.parametrize("dp_ranks", [1, 2])
 def test_sglang_exposition_has_every_series(
     make: Callable[..., EngineEmulator], client: httpx.Client, dp_ranks: int

@@ -62,6 +62,7 @@ from testbed.emulator.wire import (
     Server,
     read_body,
     send_bytes,
+    send_chunked,
     send_json,
 )
 
@@ -1053,7 +1054,8 @@ class EngineEmulator:
                 raise Cut
             mode = "normal"
         status, text = self.metrics_text(mode)
-        send_bytes(handler, status, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
+        # Chunked, as the engines' uvicorn sends prometheus_client's answer (no length).
+        send_chunked(handler, status, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
 
 
 def _utc_now_iso() -> str:

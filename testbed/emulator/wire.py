@@ -268,6 +268,20 @@ def send_bytes(
     handler.wfile.write(body)
 
 
+def send_chunked(handler: Handler, status: int, body: bytes, content_type: str) -> None:
+    """Write a complete response chunked, in one chunk and the last, as uvicorn frames an
+    ASGI answer that names no length (prometheus_client's ``make_asgi_app``, which both
+    engines mount at ``/metrics``: ``tests/unit/test_oneshot_uvicorn.py`` shows uvicorn's
+    two parsers doing so)."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Transfer-Encoding", "chunked")
+    handler.end_headers()
+    if body:
+        _write_chunk(handler, body)
+    handler.wfile.write(b"0\r\n\r\n")
+
+
 def send_json(handler: Handler, status: int, obj: Any) -> None:
     """Write a JSON response."""
     send_bytes(handler, status, json.dumps(obj).encode(), "application/json")
