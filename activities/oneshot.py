@@ -239,7 +239,7 @@ def get(what, accept, cap, shown):
         fail("GET failed: %s: HTTP %d" % (what, status))
     if len(body) > cap:
         fail("body over the %s cap (GET %s)" % (shown, what))
-    # ``want``: the Content-Length (None when chunked or not given): a body cut short by an
+    # ``want``: the Content-Length (None when chunked): a body cut short by an
     # early close is shorter.
     if want is not None and len(body) != want:
         fail("body cut short: %d of its Content-Length %d bytes" % (len(body), want))
